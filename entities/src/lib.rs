@@ -1,0 +1,9 @@
+//! sea-orm entities of esim-reseller: one module per table.
+//!
+//! Enum-like columns (`status`, `mode`, `tier`) are stored as short strings so
+//! that one schema serves SQLite and PostgreSQL; `src/domain` owns their
+//! parsing and their meaning.
+
+pub mod api_key;
+pub mod float;
+pub mod partner;

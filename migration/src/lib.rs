@@ -1,0 +1,17 @@
+//! Migrations of esim-reseller. One set serves SQLite and PostgreSQL: tables are
+//! built with the portable schema builder, money is `BIGINT` cents, and enum-like
+//! values are short strings checked by the application.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261122_000001_accounts;
+
+/// Every migration, oldest first.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261122_000001_accounts::Migration)]
+    }
+}

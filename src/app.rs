@@ -1,0 +1,249 @@
+//! Builds the service: opens the database and applies migrations, binds the
+//! listeners (port 0 picks a free one), assembles the routers, and runs them
+//! until a shutdown signal, then drains in-flight requests and closes the pool.
+
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    net::SocketAddr,
+    ops::Deref,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use axum::{Router, extract::DefaultBodyLimit, middleware};
+use secrecy::SecretString;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_http::{catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer};
+
+use crate::{
+    config::{Settings, TierSettings},
+    docs,
+    http::{
+        self,
+        envelope::{EnvelopeContext, envelope},
+        error::{ApiError, ErrorCode},
+    },
+    operator, simulators,
+    store::{self, Db},
+};
+
+/// State shared by every handler.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+/// What [`AppState`] holds.
+pub struct Shared {
+    /// The database pool.
+    pub db: Db,
+    /// Health reports the database down past this.
+    pub probe_timeout: Duration,
+    /// When this process started serving.
+    pub started_at: Instant,
+    /// Commercial tiers by name.
+    pub tiers: BTreeMap<String, TierSettings>,
+    /// What a new partner's sandbox float starts with.
+    pub sandbox_initial_float_cents: i64,
+    /// Bearer token of the operator API.
+    pub operator_token: SecretString,
+    /// Base of `doc_url`.
+    pub docs_base: Arc<str>,
+}
+
+impl Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// A built, bound, not yet running service.
+pub struct Application {
+    state: AppState,
+    body_limit: usize,
+    public: TcpListener,
+    public_addr: SocketAddr,
+    operator: TcpListener,
+    operator_addr: SocketAddr,
+    simulators: Option<TcpListener>,
+    simulators_addr: Option<SocketAddr>,
+}
+
+impl Application {
+    /// Connects, migrates and binds; logs a `listening` line per listener.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let db = store::connect(&settings.database).await?;
+        store::migrate(&db).await?;
+
+        let public = bind("public", settings.http.public_addr).await?;
+        let operator = bind("operator", settings.http.operator_addr).await?;
+        let simulators = match settings.simulators.enabled {
+            true => Some(bind("simulators", settings.simulators.addr).await?),
+            false => None,
+        };
+        let public_addr = public.local_addr()?;
+        let operator_addr = operator.local_addr()?;
+        let simulators_addr = simulators
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
+        let docs_base: Arc<str> = match &settings.docs_url {
+            Some(url) => url.trim_end_matches('/').into(),
+            None => format!("http://{public_addr}/docs").into(),
+        };
+        let state = AppState(Arc::new(Shared {
+            db,
+            probe_timeout: Duration::from_millis(settings.database.probe_timeout_ms),
+            started_at: Instant::now(),
+            tiers: settings.tiers,
+            sandbox_initial_float_cents: settings.sandbox.initial_float_cents,
+            operator_token: settings.operator.token,
+            docs_base,
+        }));
+        Ok(Self {
+            state,
+            body_limit: settings.http.body_limit_bytes,
+            public,
+            public_addr,
+            operator,
+            operator_addr,
+            simulators,
+            simulators_addr,
+        })
+    }
+
+    /// The bound partner API address.
+    pub fn public_addr(&self) -> SocketAddr {
+        self.public_addr
+    }
+
+    /// The bound operator API address.
+    pub fn operator_addr(&self) -> SocketAddr {
+        self.operator_addr
+    }
+
+    /// The bound simulators address, when they run.
+    pub fn simulators_addr(&self) -> Option<SocketAddr> {
+        self.simulators_addr
+    }
+
+    /// The database pool (tests use it to sabotage the database).
+    pub fn db(&self) -> Db {
+        self.state.db.clone()
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting, lets in-flight
+    /// requests finish, and closes the pool.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let stop = CancellationToken::new();
+        tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                shutdown.await;
+                tracing::info!("shutdown requested; draining in-flight requests");
+                stop.cancel();
+            }
+        });
+        let envelope_ctx = EnvelopeContext {
+            docs_base: self.state.docs_base.clone(),
+        };
+        let public_router = Router::new()
+            .nest("/partner/v1", http::partner_routes())
+            .nest("/docs", docs::routes())
+            .with_state(self.state.clone());
+        let operator_router = Router::new()
+            .nest("/operator/v1", operator::routes(self.state.clone()))
+            .with_state(self.state.clone());
+
+        let public = serve(
+            self.public,
+            finish(public_router, &envelope_ctx, self.body_limit),
+            stop.clone(),
+        );
+        let operator = serve(
+            self.operator,
+            finish(operator_router, &envelope_ctx, self.body_limit),
+            stop.clone(),
+        );
+        let simulators = async {
+            match self.simulators {
+                Some(listener) => {
+                    serve(
+                        listener,
+                        finish(simulators::routes(), &envelope_ctx, self.body_limit),
+                        stop.clone(),
+                    )
+                    .await
+                }
+                None => Ok(()),
+            }
+        };
+        let served = tokio::try_join!(public, operator, simulators);
+        self.state.db.close_by_ref().await.ok();
+        tracing::info!("stopped");
+        served.map(|_| ())
+    }
+}
+
+/// Adds what every listener shares: the unknown-path fallback, panic
+/// catching, the body limit, and (outermost) the error envelope.
+fn finish(router: Router, ctx: &EnvelopeContext, body_limit: usize) -> Router {
+    router
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound).with_message("No such path.") })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(RequestBodyLimitLayer::new(body_limit))
+        .layer(CatchPanicLayer::new())
+        .layer(middleware::from_fn_with_state(ctx.clone(), envelope))
+}
+
+async fn bind(listener: &'static str, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let bound = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the {listener} listener to {addr}"))?;
+    tracing::info!(listener, addr = %bound.local_addr()?, "listening");
+    Ok(bound)
+}
+
+async fn serve(
+    listener: TcpListener,
+    router: Router,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stop.cancelled_owned())
+    .await
+    .context("serving HTTP")
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+    }
+}

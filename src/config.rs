@@ -1,0 +1,363 @@
+//! Layered configuration: `config/default.toml` (also compiled into the binary,
+//! so the service starts from any directory), then `config/$ESIM_ENV.toml` if
+//! present, then `ESIM__SECTION__KEY` environment variables.
+//!
+//! Unknown keys are refused and every value is checked before `serve` binds a
+//! port; an error names the key. Secrets are [`SecretString`]s, which never
+//! print.
+
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
+
+use anyhow::{Context, bail};
+use config::{Config, Environment, File, FileFormat};
+use ipnet::IpNet;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+const EMBEDDED_DEFAULTS: &str = include_str!("../config/default.toml");
+
+/// The whole configuration of one `serve` process.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Where the data lives.
+    pub database: DatabaseSettings,
+    /// Listeners and HTTP limits.
+    pub http: HttpSettings,
+    /// The operator API's credentials.
+    pub operator: OperatorSettings,
+    /// Signing of pagination cursors.
+    pub cursor: CursorSettings,
+    /// Base of every `doc_url`; `None` means `http://<public address>/docs`.
+    #[serde(default)]
+    pub docs_url: Option<String>,
+    /// Log output.
+    pub log: LogSettings,
+    /// The built-in supplier and payment-provider simulators.
+    pub simulators: SimulatorSettings,
+    /// The eSIM supplier.
+    pub supplier: SupplierSettings,
+    /// The crypto payment provider.
+    pub payments: PaymentSettings,
+    /// The background reconciler.
+    pub reconciler: ReconcilerSettings,
+    /// Rate-limit storage.
+    pub rate_limit: RateLimitSettings,
+    /// Sandbox play money.
+    pub sandbox: SandboxSettings,
+    /// Commercial tiers by name.
+    pub tiers: BTreeMap<String, TierSettings>,
+}
+
+/// `[tiers.<name>]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierSettings {
+    /// Headline discount of the tier, in basis points (0-10000).
+    pub discount_bps: u32,
+}
+
+/// `[database]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// `sqlite://...` or `postgres://...`.
+    pub url: String,
+    /// Pool size; 0 picks a default for the database kind.
+    pub max_connections: u32,
+    /// How long a SQLite writer waits for the write lock.
+    pub busy_timeout_ms: u64,
+    /// Health reports the database down when a probe takes longer.
+    pub probe_timeout_ms: u64,
+}
+
+/// `[http]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSettings {
+    /// Partner API, callbacks and docs.
+    pub public_addr: SocketAddr,
+    /// Operator API and metrics.
+    pub operator_addr: SocketAddr,
+    /// Peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Largest request body, in bytes.
+    pub body_limit_bytes: usize,
+}
+
+/// `[operator]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorSettings {
+    /// Bearer token of the operator API.
+    pub token: SecretString,
+}
+
+/// `[cursor]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CursorSettings {
+    /// HMAC key of pagination cursors.
+    pub secret: SecretString,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable, for a terminal.
+    Pretty,
+    /// One JSON object per line, for `jq` and log shippers.
+    Json,
+}
+
+/// `[log]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    /// `pretty` or `json`.
+    pub format: LogFormat,
+    /// A `tracing` filter directive.
+    pub level: String,
+}
+
+/// `[simulators]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimulatorSettings {
+    /// Whether `serve` runs the simulators.
+    pub enabled: bool,
+    /// Their listener.
+    pub addr: SocketAddr,
+}
+
+/// `[supplier]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SupplierSettings {
+    /// The supplier's API base; `None` means the built-in simulator.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Account identifier sent with every request.
+    pub access_code: SecretString,
+    /// Request-signing secret.
+    pub secret: SecretString,
+    /// Per-request time-out.
+    pub timeout_ms: u64,
+}
+
+/// `[payments]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaymentSettings {
+    /// The provider's API base; `None` means the built-in simulator.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The provider's store that invoices are opened in.
+    pub store_id: String,
+    /// API key for the provider.
+    pub api_key: SecretString,
+    /// HMAC secret of the provider's callbacks.
+    pub webhook_secret: SecretString,
+    /// Invoice lifetime.
+    pub invoice_minutes: u32,
+}
+
+/// `[reconciler]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcilerSettings {
+    /// Seconds between passes.
+    pub interval_seconds: u64,
+}
+
+/// Where rate-limit windows are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateLimitBackend {
+    /// In this process: one node.
+    Memory,
+    /// In Redis: shared by every node.
+    Redis,
+}
+
+/// `[rate_limit]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitSettings {
+    /// `memory` or `redis`.
+    pub backend: RateLimitBackend,
+    /// Required when the backend is `redis`.
+    #[serde(default)]
+    pub redis_url: Option<String>,
+}
+
+/// `[sandbox]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSettings {
+    /// What a new sandbox float holds, in cents.
+    pub initial_float_cents: i64,
+}
+
+/// Where configuration files are read from, and which overrides apply on top.
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    /// Folder holding `default.toml` and `<env>.toml`; default `./config`
+    /// (or `$ESIM_CONFIG_DIR`).
+    pub dir: Option<PathBuf>,
+    /// Environment name; default `$ESIM_ENV`.
+    pub env: Option<String>,
+    /// Whether `ESIM__*` environment variables apply.
+    pub use_environment: bool,
+    /// Last-word overrides as (dotted key, value); used by tests and tools.
+    pub overrides: Vec<(String, String)>,
+}
+
+impl Sources {
+    /// The sources `serve` and the CLI use.
+    pub fn from_process() -> Self {
+        Self {
+            dir: std::env::var_os("ESIM_CONFIG_DIR").map(PathBuf::from),
+            env: std::env::var("ESIM_ENV").ok().filter(|e| !e.is_empty()),
+            use_environment: true,
+            overrides: Vec::new(),
+        }
+    }
+}
+
+impl Settings {
+    /// Reads and checks the configuration.
+    pub fn load(sources: &Sources) -> anyhow::Result<Self> {
+        let dir = sources
+            .dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("config"));
+        let mut builder = Config::builder()
+            .add_source(File::from_str(EMBEDDED_DEFAULTS, FileFormat::Toml))
+            .add_source(File::from(dir.join("default.toml")).required(false));
+        if let Some(env) = &sources.env {
+            builder =
+                builder.add_source(File::from(dir.join(format!("{env}.toml"))).required(true));
+        }
+        if sources.use_environment {
+            builder = builder.add_source(
+                Environment::with_prefix("ESIM")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true)
+                    .list_separator(",")
+                    .with_list_parse_key("http.trusted_proxies"),
+            );
+        }
+        for (key, value) in &sources.overrides {
+            builder = builder
+                .set_override(key.as_str(), value.as_str())
+                .with_context(|| format!("configuration key `{key}`"))?;
+        }
+        let settings: Settings = builder
+            .build()
+            .context("reading configuration")?
+            .try_deserialize()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks the values that types alone cannot; each error names its key.
+    fn validate(&self) -> anyhow::Result<()> {
+        let url = &self.database.url;
+        if !(url.starts_with("sqlite:")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
+        {
+            bail!("invalid configuration: `database.url` must start with sqlite: or postgres://");
+        }
+        if self.database.probe_timeout_ms == 0 {
+            bail!("invalid configuration: `database.probe_timeout_ms` must be above 0");
+        }
+        if self.operator.token.expose_secret().len() < 16 {
+            bail!("invalid configuration: `operator.token` must be at least 16 characters");
+        }
+        if self.cursor.secret.expose_secret().len() < 16 {
+            bail!("invalid configuration: `cursor.secret` must be at least 16 characters");
+        }
+        if self.http.body_limit_bytes < 1024 {
+            bail!("invalid configuration: `http.body_limit_bytes` must be at least 1024");
+        }
+        if let Some(docs) = &self.docs_url
+            && !(docs.starts_with("http://") || docs.starts_with("https://"))
+        {
+            bail!("invalid configuration: `docs_url` must be an absolute http(s) URL");
+        }
+        if self.reconciler.interval_seconds == 0 {
+            bail!("invalid configuration: `reconciler.interval_seconds` must be above 0");
+        }
+        if self.sandbox.initial_float_cents < 0 {
+            bail!("invalid configuration: `sandbox.initial_float_cents` must not be negative");
+        }
+        if self.payments.invoice_minutes == 0 {
+            bail!("invalid configuration: `payments.invoice_minutes` must be above 0");
+        }
+        if self.rate_limit.backend == RateLimitBackend::Redis && self.rate_limit.redis_url.is_none()
+        {
+            bail!(
+                "invalid configuration: `rate_limit.redis_url` is required when `rate_limit.backend` is redis"
+            );
+        }
+        if self.tiers.is_empty() {
+            bail!("invalid configuration: `tiers` must name at least one tier");
+        }
+        for (name, tier) in &self.tiers {
+            if tier.discount_bps > 10_000 {
+                bail!("invalid configuration: `tiers.{name}.discount_bps` must be at most 10000");
+            }
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log.level)
+            .map_err(|e| anyhow::anyhow!("invalid configuration: `log.level`: {e}"))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(overrides: &[(&str, &str)]) -> anyhow::Result<Settings> {
+        Settings::load(&Sources {
+            dir: Some(PathBuf::from("/nonexistent")),
+            env: None,
+            use_environment: false,
+            overrides: overrides
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        })
+    }
+
+    #[test]
+    fn embedded_defaults_load_without_files() {
+        let settings = load(&[]).expect("defaults load");
+        assert!(settings.database.url.starts_with("sqlite:"));
+        assert_eq!(settings.http.public_addr.port(), 8080);
+        assert!(settings.simulators.enabled);
+    }
+
+    #[test]
+    fn a_bad_value_names_its_key() {
+        let err = load(&[("http.public_addr", "not-an-address")]).unwrap_err();
+        assert!(format!("{err:#}").contains("public_addr"), "{err:#}");
+        let err = load(&[("database.url", "mysql://x")]).unwrap_err();
+        assert!(err.to_string().contains("database.url"), "{err}");
+        let err = load(&[("operator.token", "short")]).unwrap_err();
+        assert!(err.to_string().contains("operator.token"), "{err}");
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let settings = load(&[("operator.token", "a-very-secret-operator-token")]).unwrap();
+        let printed = format!("{settings:?}");
+        assert!(!printed.contains("a-very-secret-operator-token"));
+        assert!(!printed.contains("dev-cursor-secret"));
+    }
+}

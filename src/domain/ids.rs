@@ -1,0 +1,146 @@
+//! Resource ids: a kind prefix plus a time-ordered random part.
+//!
+//! The random part is a UUIDv7 written in base62 with a fixed width of 22
+//! characters, so ids sort by creation time both as strings and as UUIDs.
+
+use std::fmt;
+
+const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+/// Digits needed for any `u128` in base 62 (62^22 > 2^128).
+const WIDTH: usize = 22;
+
+/// Encodes `value` in base62, left-padded with `0` to [`WIDTH`] characters.
+pub fn base62_fixed(mut value: u128) -> String {
+    let mut digits = [b'0'; WIDTH];
+    for slot in digits.iter_mut().rev() {
+        *slot = BASE62[(value % 62) as usize];
+        value /= 62;
+    }
+    // Every byte comes from the BASE62 alphabet, which is ASCII.
+    digits.iter().map(|&b| b as char).collect()
+}
+
+/// A fresh time-ordered suffix for an id.
+pub fn new_suffix() -> String {
+    base62_fixed(uuid::Uuid::now_v7().as_u128())
+}
+
+/// Why a string is not an id of the expected kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("must begin with `{0}`")]
+    WrongKind(&'static str),
+    #[error("is not a well-formed id")]
+    Malformed,
+}
+
+/// Checks the prefix and the character set of an id; the length is bounded so
+/// that a caller cannot make us store or log an arbitrarily long string.
+pub fn check_id(value: &str, prefix: &'static str) -> Result<(), IdError> {
+    let Some(rest) = value.strip_prefix(prefix) else {
+        return Err(IdError::WrongKind(prefix));
+    };
+    let well_formed = !rest.is_empty()
+        && rest.len() <= 64
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if well_formed {
+        Ok(())
+    } else {
+        Err(IdError::Malformed)
+    }
+}
+
+macro_rules! prefixed_id {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The kind prefix, e.g. `pt_`.
+            pub const PREFIX: &'static str = $prefix;
+
+            /// Mints a new time-ordered id.
+            pub fn generate() -> Self {
+                Self(format!("{}{}", $prefix, new_suffix()))
+            }
+
+            /// Accepts a caller-supplied id after checking its kind and shape.
+            pub fn parse(value: &str) -> Result<Self, IdError> {
+                check_id(value, $prefix).map(|()| Self(value.to_owned()))
+            }
+
+            /// Wraps an id read back from our own storage.
+            pub fn from_trusted(value: String) -> Self {
+                Self(value)
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+prefixed_id!(
+    /// A partner (reseller account).
+    PartnerId, "pt_"
+);
+prefixed_id!(
+    /// An API key (not the secret).
+    KeyId, "pk_"
+);
+
+/// A request id, echoed in `X-Request-Id` and `error.request_id`.
+pub fn new_request_id() -> String {
+    format!("req_{}", new_suffix())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base62_is_fixed_width_and_order_preserving() {
+        assert_eq!(base62_fixed(0), "0".repeat(22));
+        assert_eq!(base62_fixed(u128::MAX).len(), 22);
+        let (a, b) = (base62_fixed(61), base62_fixed(62));
+        assert_eq!(&a[20..], "0z");
+        assert_eq!(&b[20..], "10");
+        assert!(a < b);
+    }
+
+    #[test]
+    fn generated_ids_sort_by_creation() {
+        let first = PartnerId::generate();
+        let second = PartnerId::generate();
+        assert!(first < second, "{first} !< {second}");
+        assert!(first.as_str().starts_with("pt_"));
+        assert_eq!(first.as_str().len(), 3 + 22);
+    }
+
+    #[test]
+    fn parse_checks_kind_then_shape() {
+        assert!(PartnerId::parse("pt_abc").is_ok());
+        assert_eq!(PartnerId::parse("pk_abc"), Err(IdError::WrongKind("pt_")));
+        assert_eq!(PartnerId::parse("pt_"), Err(IdError::Malformed));
+        assert_eq!(PartnerId::parse("pt_a b"), Err(IdError::Malformed));
+        assert_eq!(
+            PartnerId::parse(&format!("pt_{}", "a".repeat(65))),
+            Err(IdError::Malformed)
+        );
+    }
+}

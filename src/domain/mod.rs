@@ -1,0 +1,7 @@
+//! Pure rules of the business: no I/O, no clocks except where passed in.
+//! Everything here is unit-tested beside its code.
+
+pub mod api_key;
+pub mod ids;
+pub mod partner;
+pub mod time;

@@ -1,0 +1,154 @@
+//! Partner account status and key mode, and the operator's status transitions.
+
+use serde::{Deserialize, Serialize};
+
+/// Which float a key spends: decided by the key alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Live,
+    Sandbox,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Live => "live",
+            Mode::Sandbox => "sandbox",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "live" => Some(Mode::Live),
+            "sandbox" => Some(Mode::Sandbox),
+            _ => None,
+        }
+    }
+}
+
+/// Lifecycle of a partner account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Integrating: only sandbox keys are useful.
+    Sandbox,
+    /// Applied for live, not yet approved.
+    Pending,
+    /// Trading.
+    Live,
+    /// Live keys refused, balance frozen; sandbox keys keep working.
+    Suspended,
+    /// Terminal: every key refused.
+    Closed,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Sandbox => "sandbox",
+            Status::Pending => "pending",
+            Status::Live => "live",
+            Status::Suspended => "suspended",
+            Status::Closed => "closed",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "sandbox" => Some(Status::Sandbox),
+            "pending" => Some(Status::Pending),
+            "live" => Some(Status::Live),
+            "suspended" => Some(Status::Suspended),
+            "closed" => Some(Status::Closed),
+            _ => None,
+        }
+    }
+
+    /// The operator's transition table. `closed` is terminal; a live account
+    /// never goes back to `sandbox` or `pending` (it has real money and history).
+    pub fn can_become(self, next: Status) -> bool {
+        use Status::*;
+        if self == next {
+            return true;
+        }
+        matches!(
+            (self, next),
+            (Sandbox, Pending | Live | Closed)
+                | (Pending, Sandbox | Live | Closed)
+                | (Live, Suspended | Closed)
+                | (Suspended, Live | Closed)
+        )
+    }
+}
+
+/// A slug from a display name: lowercase ASCII letters and digits joined by
+/// single hyphens.
+pub fn slugify(name: &str) -> String {
+    let mut slug = String::with_capacity(name.len());
+    for ch in name.chars() {
+        if ch.is_ascii_alphanumeric() {
+            slug.push(ch.to_ascii_lowercase());
+        } else if !slug.is_empty() && !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    while slug.ends_with('-') {
+        slug.pop();
+    }
+    slug
+}
+
+/// Whether an operator-supplied slug is well formed.
+pub fn is_valid_slug(slug: &str) -> bool {
+    !slug.is_empty()
+        && slug.len() <= 100
+        && slug
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !slug.starts_with('-')
+        && !slug.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_is_terminal() {
+        for next in [
+            Status::Sandbox,
+            Status::Pending,
+            Status::Live,
+            Status::Suspended,
+        ] {
+            assert!(!Status::Closed.can_become(next));
+        }
+    }
+
+    #[test]
+    fn suspension_is_reversible_and_live_never_goes_back() {
+        assert!(Status::Live.can_become(Status::Suspended));
+        assert!(Status::Suspended.can_become(Status::Live));
+        assert!(!Status::Live.can_become(Status::Pending));
+        assert!(!Status::Live.can_become(Status::Sandbox));
+        assert!(!Status::Sandbox.can_become(Status::Suspended));
+    }
+
+    #[test]
+    fn every_status_round_trips() {
+        for s in ["sandbox", "pending", "live", "suspended", "closed"] {
+            assert_eq!(Status::parse(s).map(Status::as_str), Some(s));
+        }
+        assert_eq!(Status::parse("LIVE"), None);
+    }
+
+    #[test]
+    fn slugs_are_tidy() {
+        assert_eq!(slugify("  Acme Travel, Inc. "), "acme-travel-inc");
+        assert_eq!(slugify("Ünïcode"), "n-code");
+        assert!(is_valid_slug("acme-1"));
+        assert!(!is_valid_slug("-acme"));
+        assert!(!is_valid_slug("Acme"));
+    }
+}

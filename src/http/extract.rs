@@ -1,0 +1,225 @@
+//! Strict extractors: unknown or repeated query parameters and unknown body
+//! fields are refused with 400 `request.invalid` naming them, never ignored
+//! (spec rule 9). Rejections speak the error envelope.
+
+use std::collections::HashSet;
+
+use axum::{
+    body::Bytes,
+    extract::{FromRequest, FromRequestParts, Request},
+    http::{StatusCode, header, request::Parts},
+};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::error::{ApiError, Violations};
+
+/// Query parameters deserialized into `T` after refusing unknown and repeated ones.
+#[derive(Debug)]
+pub struct StrictQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for StrictQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        parse_query(parts.uri.query().unwrap_or_default()).map(StrictQuery)
+    }
+}
+
+/// Parses a raw query string into `T` strictly.
+pub fn parse_query<T: DeserializeOwned>(raw: &str) -> Result<T, ApiError> {
+    let allowed = field_names::<T>();
+    let mut seen = HashSet::new();
+    let mut violations = Violations::default();
+    for (name, _) in form_urlencoded::parse(raw.as_bytes()) {
+        if !allowed.contains(&name.as_ref()) {
+            violations.add(name.as_ref(), "unknown query parameter");
+        } else if !seen.insert(name.clone()) {
+            violations.add(name.as_ref(), "query parameter given more than once");
+        }
+    }
+    violations.into_result()?;
+    let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded::parse(raw.as_bytes()));
+    serde_path_to_error::deserialize(deserializer).map_err(|err| {
+        let param = err.path().to_string();
+        ApiError::invalid(param, err.into_inner().to_string())
+    })
+}
+
+/// A JSON object body deserialized into `T` after refusing unknown fields.
+#[derive(Debug)]
+pub struct StrictJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for StrictJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        if !is_json(request.headers().get(header::CONTENT_TYPE)) {
+            return Err(ApiError::invalid_request(
+                "Content-Type must be application/json.",
+            ));
+        }
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::body_too_large()
+                } else {
+                    ApiError::invalid_request("The request body could not be read.")
+                }
+            })?;
+        parse_json(&bytes).map(StrictJson)
+    }
+}
+
+fn is_json(content_type: Option<&header::HeaderValue>) -> bool {
+    content_type
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Parses a JSON object body into `T` strictly.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::invalid_request("A JSON object body is required."));
+    }
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|err| ApiError::invalid_request(format!("The body is not valid JSON: {err}.")))?;
+    let Value::Object(object) = &value else {
+        return Err(ApiError::invalid_request("The body must be a JSON object."));
+    };
+    let allowed = field_names::<T>();
+    let mut violations = Violations::default();
+    for name in object.keys() {
+        violations.check(!allowed.contains(&name.as_str()), name, "unknown field");
+    }
+    violations.into_result()?;
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let param = err.path().to_string();
+        let message = err.into_inner().to_string();
+        if param == "." {
+            ApiError::invalid_request(message)
+        } else {
+            ApiError::invalid(param, message)
+        }
+    })
+}
+
+/// The field names a `#[derive(Deserialize)]` struct accepts (after renames),
+/// read from the list serde hands to `deserialize_struct`.
+pub fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
+    let mut names: &'static [&'static str] = &[];
+    // The capture always "fails" once it has the names; the error is expected.
+    let _ = T::deserialize(introspect::FieldNames(&mut names));
+    names
+}
+
+mod introspect {
+    use serde::de::{self, Deserializer, Visitor};
+
+    pub struct FieldNames<'a>(pub &'a mut &'static [&'static str]);
+
+    impl<'de> Deserializer<'de> for FieldNames<'_> {
+        type Error = de::value::Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("not a struct"))
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _visitor: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(de::Error::custom("field names captured"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf option unit unit_struct newtype_struct seq tuple
+            tuple_struct map enum identifier ignored_any
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct Page {
+        limit: Option<u32>,
+        cursor: Option<String>,
+    }
+
+    #[test]
+    fn field_names_follow_serde() {
+        assert_eq!(field_names::<Page>(), &["limit", "cursor"]);
+    }
+
+    #[test]
+    fn a_good_query_parses() {
+        let page: Page = parse_query("limit=5&cursor=abc").unwrap();
+        assert_eq!(
+            page,
+            Page {
+                limit: Some(5),
+                cursor: Some("abc".into())
+            }
+        );
+        let empty: Page = parse_query("").unwrap();
+        assert_eq!(
+            empty,
+            Page {
+                limit: None,
+                cursor: None
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_repeated_and_mistyped_parameters_are_named() {
+        let err = parse_query::<Page>("limit=5&mode=live").unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("mode"));
+        let err = parse_query::<Page>("limit=5&limit=6").unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("limit"));
+        let err = parse_query::<Page>("limit=abc").unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("limit"));
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Body {
+        amount_cents: i64,
+        note: Option<String>,
+    }
+
+    #[test]
+    fn bodies_are_strict() {
+        assert!(parse_json::<Body>(br#"{"amount_cents": 100}"#).is_ok());
+        let err = parse_json::<Body>(br#"{"amount_cents": 100, "extra": 1}"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("extra"));
+        let err = parse_json::<Body>(br#"{"amount_cents": "x"}"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("amount_cents"));
+        let err = parse_json::<Body>(br#"{"note": "x"}"#).unwrap_err();
+        assert_eq!(err.code.as_str(), "request.invalid");
+        assert!(parse_json::<Body>(b"{").is_err());
+        assert!(parse_json::<Body>(b"[1]").is_err());
+        assert!(parse_json::<Body>(b"").is_err());
+    }
+}

@@ -1,0 +1,44 @@
+//! `GET /health`: no key, no rate limit, no `object` field.
+
+use axum::{Json, extract::State, http::StatusCode, response::IntoResponse};
+use serde::Serialize;
+
+use super::envelope::FinalBody;
+use crate::{app::AppState, store};
+
+/// The health body.
+#[derive(Debug, Serialize)]
+pub struct Health {
+    /// `ok` or `degraded`.
+    pub status: &'static str,
+    /// Seconds since this process started.
+    pub uptime_seconds: u64,
+    /// `ok` or `down`.
+    pub database: &'static str,
+}
+
+/// 200 when a database round trip succeeds within the probe time-out, else 503.
+#[tracing::instrument(skip_all)]
+pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
+    let probe = tokio::time::timeout(state.probe_timeout, store::ping(&state.db)).await;
+    let database_ok = matches!(probe, Ok(Ok(())));
+    if !database_ok {
+        tracing::warn!(timed_out = probe.is_err(), "database probe failed");
+    }
+    let body = Health {
+        status: if database_ok { "ok" } else { "degraded" },
+        uptime_seconds: state.started_at.elapsed().as_secs(),
+        database: if database_ok { "ok" } else { "down" },
+    };
+    let status = if database_ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        [(axum::http::header::CACHE_CONTROL, "no-store")],
+        axum::Extension(FinalBody),
+        Json(body),
+    )
+}

@@ -1,0 +1,32 @@
+//! # esim-reseller
+//!
+//! A prepaid, server-to-server JSON API (`/partner/v1`) through which partners
+//! buy eSIM data plans from a USD float and resell them.
+//!
+//! A tour of the crate, outside in:
+//!
+//! - [`config`]: layered settings (`config/default.toml`, `config/$ESIM_ENV.toml`,
+//!   `ESIM__SECTION__KEY`), checked before anything binds.
+//! - [`app`]: builds the service: database, migrations, listeners, routers,
+//!   graceful shutdown. Tests start the same [`app::Application`] on port 0.
+//! - [`http`]: the partner API. Handlers parse and answer; [`http::error`] is
+//!   the one error type and its stable vocabulary; [`http::envelope`] gives
+//!   every response a request id and every error the spec's envelope;
+//!   [`http::extract`] refuses unknown parameters and fields.
+//! - [`operator`]: the operator API on its own listener, and the `admin` CLI
+//!   that wraps it.
+//! - [`domain`]: pure rules (ids, key material, account status); no I/O.
+//! - [`store`]: sea-orm persistence; the only module that knows SQL.
+//! - [`simulators`]: stand-ins for the supplier and the payment provider.
+//! - [`docs`]: reference pages, so every `doc_url` resolves.
+//! - [`telemetry`]: log output (`pretty` or `json`).
+
+pub mod app;
+pub mod config;
+pub mod docs;
+pub mod domain;
+pub mod http;
+pub mod operator;
+pub mod simulators;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,73 @@
+//! The `esim-reseller` binary: command-line parsing only.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use esim_reseller::{
+    app::{Application, shutdown_signal},
+    config::{Settings, Sources},
+    operator::cli::{self, AdminArgs},
+    store, telemetry,
+};
+
+/// Prepaid eSIM reselling API for partners.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the service (applies migrations first).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Operator commands against a running service.
+    Admin(AdminArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // reqwest is built without a default TLS provider; ring is ours.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: starting the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<u8> {
+    match command {
+        Command::Serve => {
+            let settings = Settings::load(&Sources::from_process())?;
+            telemetry::init(&settings.log);
+            let app = Application::build(settings).await?;
+            app.run_until_stopped(shutdown_signal()).await?;
+            Ok(0)
+        }
+        Command::Migrate => {
+            let settings = Settings::load(&Sources::from_process())?;
+            telemetry::init(&settings.log);
+            let db = store::connect(&settings.database).await?;
+            store::migrate(&db).await?;
+            tracing::info!("migrations applied");
+            Ok(0)
+        }
+        Command::Admin(args) => cli::run(args).await,
+    }
+}

@@ -1,0 +1,210 @@
+//! `esim-reseller admin <noun> <verb>`: each verb is one operator API call;
+//! the answer is printed as JSON and a non-2xx answer exits with status 1.
+
+use clap::{Args, Subcommand};
+use reqwest::Method;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Map, Value, json};
+
+use super::client::OperatorClient;
+use crate::config::{Settings, Sources};
+
+/// Where the operator API is and how to authenticate.
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// Base URL of the operator listener; default from configuration (`http.operator_addr`).
+    #[arg(long, env = "ESIM_OPERATOR_URL", global = true)]
+    pub operator_url: Option<String>,
+    /// Operator token; default from configuration (`operator.token`).
+    #[arg(
+        long,
+        env = "ESIM_OPERATOR_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    pub token: Option<String>,
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Partner accounts.
+    #[command(subcommand)]
+    Partner(PartnerCommand),
+    /// API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PartnerCommand {
+    /// Open an account (status `pending` unless given).
+    Create {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        tier: String,
+        #[arg(long)]
+        slug: Option<String>,
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        discount_override_bps: Option<i64>,
+        #[arg(long)]
+        low_balance_threshold_cents: Option<i64>,
+    },
+    /// Show an account with both floats.
+    Show { id: String },
+    /// Change an account's terms.
+    Update {
+        id: String,
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        tier: Option<String>,
+        #[arg(long, conflicts_with = "clear_discount_override")]
+        discount_override_bps: Option<i64>,
+        /// Remove the discount override (the tier's discount applies).
+        #[arg(long)]
+        clear_discount_override: bool,
+        #[arg(long)]
+        low_balance_threshold_cents: Option<i64>,
+    },
+    /// Move an account to another status (`closed` is terminal).
+    Status { id: String, status: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Issue a key; its secret is printed once.
+    Issue {
+        /// The partner's `pt_` id.
+        partner_id: String,
+        /// `live` or `sandbox`.
+        #[arg(long)]
+        mode: String,
+        #[arg(long)]
+        label: Option<String>,
+        /// RFC 3339 instant after which the key is refused.
+        #[arg(long)]
+        expires_at: Option<String>,
+        /// A CIDR the key may be used from; repeat for several.
+        #[arg(long = "allow")]
+        allowed_cidrs: Vec<String>,
+    },
+}
+
+/// Runs one admin verb; returns the process exit code.
+pub async fn run(args: AdminArgs) -> anyhow::Result<u8> {
+    let client = client_for(&args)?;
+    let (method, path, body) = request_for(args.command);
+    let (status, answer) = client.send(method, &path, body.as_ref()).await?;
+    println!("{}", serde_json::to_string_pretty(&answer)?);
+    Ok(if status.is_success() { 0 } else { 1 })
+}
+
+fn client_for(args: &AdminArgs) -> anyhow::Result<OperatorClient> {
+    let (url, token) = match (&args.operator_url, &args.token) {
+        (Some(url), Some(token)) => (url.clone(), token.clone()),
+        _ => {
+            let settings = Settings::load(&Sources::from_process())?;
+            let mut addr = settings.http.operator_addr;
+            if addr.ip().is_unspecified() {
+                addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            (
+                args.operator_url
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{addr}")),
+                args.token
+                    .clone()
+                    .unwrap_or_else(|| settings.operator.token.expose_secret().to_owned()),
+            )
+        }
+    };
+    OperatorClient::new(&url, SecretString::from(token))
+}
+
+/// Inserts `key: value` when the value is present.
+fn put(map: &mut Map<String, Value>, key: &str, value: Option<impl Into<Value>>) {
+    if let Some(value) = value {
+        map.insert(key.to_owned(), value.into());
+    }
+}
+
+fn request_for(command: AdminCommand) -> (Method, String, Option<Value>) {
+    match command {
+        AdminCommand::Partner(PartnerCommand::Create {
+            name,
+            tier,
+            slug,
+            status,
+            discount_override_bps,
+            low_balance_threshold_cents,
+        }) => {
+            let mut body = Map::new();
+            body.insert("name".into(), name.into());
+            body.insert("tier".into(), tier.into());
+            put(&mut body, "slug", slug);
+            put(&mut body, "status", status);
+            put(&mut body, "discount_override_bps", discount_override_bps);
+            put(
+                &mut body,
+                "low_balance_threshold_cents",
+                low_balance_threshold_cents,
+            );
+            (Method::POST, "/partners".into(), Some(body.into()))
+        }
+        AdminCommand::Partner(PartnerCommand::Show { id }) => {
+            (Method::GET, format!("/partners/{id}"), None)
+        }
+        AdminCommand::Partner(PartnerCommand::Update {
+            id,
+            status,
+            tier,
+            discount_override_bps,
+            clear_discount_override,
+            low_balance_threshold_cents,
+        }) => {
+            let mut body = Map::new();
+            put(&mut body, "status", status);
+            put(&mut body, "tier", tier);
+            if clear_discount_override {
+                body.insert("discount_override_bps".into(), Value::Null);
+            }
+            put(&mut body, "discount_override_bps", discount_override_bps);
+            put(
+                &mut body,
+                "low_balance_threshold_cents",
+                low_balance_threshold_cents,
+            );
+            (Method::PATCH, format!("/partners/{id}"), Some(body.into()))
+        }
+        AdminCommand::Partner(PartnerCommand::Status { id, status }) => (
+            Method::PATCH,
+            format!("/partners/{id}"),
+            Some(json!({ "status": status })),
+        ),
+        AdminCommand::Key(KeyCommand::Issue {
+            partner_id,
+            mode,
+            label,
+            expires_at,
+            allowed_cidrs,
+        }) => {
+            let mut body = Map::new();
+            body.insert("mode".into(), mode.into());
+            put(&mut body, "label", label);
+            put(&mut body, "expires_at", expires_at);
+            if !allowed_cidrs.is_empty() {
+                body.insert("allowed_cidrs".into(), allowed_cidrs.into());
+            }
+            (
+                Method::POST,
+                format!("/partners/{partner_id}/keys"),
+                Some(body.into()),
+            )
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The operator API (`/operator/v1` on its own listener) and the `admin` CLI
+//! that wraps it. Same error envelope as the partner API; a bearer token from
+//! configuration, compared in constant time.
+
+pub mod cli;
+pub mod client;
+mod keys;
+mod partners;
+mod views;
+
+use axum::{
+    Router,
+    extract::{Request, State},
+    http::header,
+    middleware::{self, Next},
+    response::Response,
+    routing::{get, post},
+};
+use secrecy::ExposeSecret;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::{
+    app::AppState,
+    http::error::{ApiError, ErrorCode},
+};
+
+/// Routes under `/operator/v1`, all behind the operator token.
+pub fn routes(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/partners", post(partners::create))
+        .route(
+            "/partners/{id}",
+            get(partners::show).patch(partners::update),
+        )
+        .route("/partners/{id}/keys", post(keys::issue))
+        .route_layer(middleware::from_fn_with_state(
+            state,
+            require_operator_token,
+        ))
+}
+
+async fn require_operator_token(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| ApiError::new(ErrorCode::AuthMissing))?
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    // Compare digests so that neither the length nor a prefix of the token leaks through timing.
+    let expected = Sha256::digest(state.operator_token.expose_secret().as_bytes());
+    let given = Sha256::digest(presented.as_bytes());
+    if bool::from(expected.ct_eq(&given)) {
+        Ok(next.run(request).await)
+    } else {
+        Err(ApiError::new(ErrorCode::AuthInvalidKey)
+            .with_message("The operator token is not valid."))
+    }
+}
+
+/// Accepts `null` as "clear" and absence as "leave as it is" for PATCH bodies.
+pub(crate) fn double_option<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    serde::Deserialize::deserialize(deserializer).map(Some)
+}

@@ -1,0 +1,12 @@
+//! Stand-ins for the eSIM supplier and the crypto payment provider, served on
+//! their own listener and speaking the same HTTP protocols as the real ones.
+
+use axum::{Json, Router, routing::get};
+
+/// Routes of the simulators listener.
+pub fn routes() -> Router {
+    Router::new().route(
+        "/sim/health",
+        get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
+    )
+}

@@ -1,0 +1,58 @@
+//! API keys.
+
+use chrono::{DateTime, Utc};
+use entities::api_key;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait,
+    QueryFilter,
+};
+
+/// A key row to insert; the secret itself is never passed here.
+pub struct NewKey {
+    pub id: String,
+    pub partner_id: String,
+    pub mode: String,
+    pub label: String,
+    pub secret_hash: String,
+    pub last4: String,
+    pub allowed_cidrs: Option<Vec<String>>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %new.partner_id, key_id = %new.id))]
+pub async fn insert<C: ConnectionTrait>(
+    db: &C,
+    new: NewKey,
+    now: DateTime<Utc>,
+) -> Result<api_key::Model, DbErr> {
+    api_key::ActiveModel {
+        id: Set(new.id),
+        partner_id: Set(new.partner_id),
+        mode: Set(new.mode),
+        label: Set(new.label),
+        secret_hash: Set(new.secret_hash),
+        last4: Set(new.last4),
+        allowed_cidrs: Set(new.allowed_cidrs.map(|c| serde_json::json!(c))),
+        expires_at: Set(new.expires_at),
+        revoked_at: Set(None),
+        created_at: Set(now),
+    }
+    .insert(db)
+    .await
+}
+
+/// The key whose secret hashes to `hash`.
+pub async fn find_by_hash<C: ConnectionTrait>(
+    db: &C,
+    hash: &str,
+) -> Result<Option<api_key::Model>, DbErr> {
+    api_key::Entity::find()
+        .filter(api_key::Column::SecretHash.eq(hash))
+        .one(db)
+        .await
+}
+
+/// One key by id.
+pub async fn find<C: ConnectionTrait>(db: &C, id: &str) -> Result<Option<api_key::Model>, DbErr> {
+    api_key::Entity::find_by_id(id.to_owned()).one(db).await
+}

@@ -1,0 +1,135 @@
+//! Partners and their floats.
+
+use chrono::{DateTime, Utc};
+use entities::{float, partner};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait,
+    QueryFilter, TransactionSession, TransactionTrait,
+};
+
+use crate::domain::{ids::PartnerId, partner::Mode};
+
+/// What the operator gives to open an account.
+pub struct NewPartner {
+    pub name: String,
+    pub slug: String,
+    pub status: String,
+    pub tier: String,
+    pub discount_override_bps: Option<i32>,
+    pub low_balance_threshold_cents: i64,
+    pub sandbox_float_cents: i64,
+}
+
+/// A partner with both floats.
+#[derive(Debug, Clone)]
+pub struct PartnerWithFloats {
+    pub partner: partner::Model,
+    pub live_cents: i64,
+    pub sandbox_cents: i64,
+}
+
+/// Creates the partner and its two floats in one transaction.
+#[tracing::instrument(skip_all, fields(slug = %new.slug))]
+pub async fn create<C: TransactionTrait>(
+    db: &C,
+    new: NewPartner,
+    now: DateTime<Utc>,
+) -> Result<PartnerWithFloats, DbErr> {
+    let id = PartnerId::generate();
+    let txn = db.begin().await?;
+    let model = partner::ActiveModel {
+        id: Set(id.to_string()),
+        name: Set(new.name),
+        slug: Set(new.slug),
+        status: Set(new.status),
+        tier: Set(new.tier),
+        discount_override_bps: Set(new.discount_override_bps),
+        low_balance_threshold_cents: Set(new.low_balance_threshold_cents),
+        created_at: Set(now),
+        updated_at: Set(now),
+    }
+    .insert(&txn)
+    .await?;
+    for (mode, balance) in [(Mode::Live, 0), (Mode::Sandbox, new.sandbox_float_cents)] {
+        float::ActiveModel {
+            partner_id: Set(id.to_string()),
+            mode: Set(mode.as_str().to_owned()),
+            balance_cents: Set(balance),
+            next_seq: Set(1),
+            updated_at: Set(now),
+        }
+        .insert(&txn)
+        .await?;
+    }
+    txn.commit().await?;
+    Ok(PartnerWithFloats {
+        partner: model,
+        live_cents: 0,
+        sandbox_cents: new.sandbox_float_cents,
+    })
+}
+
+/// One partner, if it exists.
+pub async fn find<C: ConnectionTrait>(db: &C, id: &str) -> Result<Option<partner::Model>, DbErr> {
+    partner::Entity::find_by_id(id.to_owned()).one(db).await
+}
+
+/// One partner with its floats, if it exists.
+pub async fn find_with_floats<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+) -> Result<Option<PartnerWithFloats>, DbErr> {
+    let Some(partner) = find(db, id).await? else {
+        return Ok(None);
+    };
+    let floats = float::Entity::find()
+        .filter(float::Column::PartnerId.eq(id))
+        .all(db)
+        .await?;
+    let balance = |mode: Mode| {
+        floats
+            .iter()
+            .find(|f| f.mode == mode.as_str())
+            .map_or(0, |f| f.balance_cents)
+    };
+    Ok(Some(PartnerWithFloats {
+        live_cents: balance(Mode::Live),
+        sandbox_cents: balance(Mode::Sandbox),
+        partner,
+    }))
+}
+
+/// Changes to a partner's terms; `None` leaves a column as it is.
+#[derive(Default)]
+pub struct PartnerChanges {
+    pub status: Option<String>,
+    pub tier: Option<String>,
+    /// `Some(None)` clears the override.
+    pub discount_override_bps: Option<Option<i32>>,
+    pub low_balance_threshold_cents: Option<i64>,
+}
+
+/// Applies `changes` and returns the updated row.
+#[tracing::instrument(skip_all, fields(partner_id = %current.id))]
+pub async fn update<C: ConnectionTrait>(
+    db: &C,
+    current: partner::Model,
+    changes: PartnerChanges,
+    now: DateTime<Utc>,
+) -> Result<partner::Model, DbErr> {
+    let mut model: partner::ActiveModel = current.into();
+    if let Some(status) = changes.status {
+        model.status = Set(status);
+    }
+    if let Some(tier) = changes.tier {
+        model.tier = Set(tier);
+    }
+    if let Some(discount) = changes.discount_override_bps {
+        model.discount_override_bps = Set(discount);
+    }
+    if let Some(threshold) = changes.low_balance_threshold_cents {
+        model.low_balance_threshold_cents = Set(threshold);
+    }
+    model.updated_at = Set(now);
+    model.update(db).await
+}
