@@ -30,3 +30,9 @@ pub mod operator;
 pub mod simulators;
 pub mod store;
 pub mod telemetry;
+
+/// Installs ring as the process's TLS crypto provider (reqwest is built
+/// without one). Idempotent; call before building any HTTP client.
+pub fn install_tls_provider() {
+    let _already_installed = rustls::crypto::ring::default_provider().install_default();
+}

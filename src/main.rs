@@ -30,8 +30,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // reqwest is built without a default TLS provider; ring is ours.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    esim_reseller::install_tls_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

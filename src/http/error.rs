@@ -238,9 +238,14 @@ impl Violations {
     }
 }
 
-/// An error on its way to the client.
+/// An error on its way to the client. Boxed so that `Result<T, ApiError>`
+/// stays one pointer wide on the happy path.
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub struct ApiError(Box<ErrorDetail>);
+
+/// What an [`ApiError`] says.
+#[derive(Debug, Clone)]
+pub struct ErrorDetail {
     /// The stable code.
     pub code: ErrorCode,
     /// Set only where the status differs from the code's own (405, 413).
@@ -255,17 +260,31 @@ pub struct ApiError {
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
+impl std::ops::Deref for ApiError {
+    type Target = ErrorDetail;
+
+    fn deref(&self) -> &ErrorDetail {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ApiError {
+    fn deref_mut(&mut self) -> &mut ErrorDetail {
+        &mut self.0
+    }
+}
+
 impl ApiError {
     /// An error with the code's default message.
     pub fn new(code: ErrorCode) -> Self {
-        Self {
+        Self(Box::new(ErrorDetail {
             code,
             status: None,
             message: code.default_message().to_owned(),
             param: None,
             extras: Map::new(),
             headers: Vec::new(),
-        }
+        }))
     }
 
     /// Replaces the message.
@@ -357,7 +376,7 @@ impl ApiError {
             503 => ErrorCode::ServiceUnavailable,
             // Other client errors (405, 406, 408, 411, 413, 414, 415, 431) are
             // malformed requests; other server errors are our fault.
-            400..=499 => ErrorCode::RequestInvalid,
+            405..=499 => ErrorCode::RequestInvalid,
             _ => ErrorCode::InternalError,
         };
         let mut error = Self::new(code);

@@ -14,6 +14,11 @@ use serde_json::Value;
 
 use super::error::{ApiError, Violations};
 
+/// The query of a route that takes no parameters: any parameter is refused.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoQuery {}
+
 /// Query parameters deserialized into `T` after refusing unknown and repeated ones.
 #[derive(Debug)]
 pub struct StrictQuery<T>(pub T);

@@ -3,7 +3,10 @@
 use axum::{Json, extract::State, http::StatusCode, response::IntoResponse};
 use serde::Serialize;
 
-use super::envelope::FinalBody;
+use super::{
+    envelope::FinalBody,
+    extract::{NoQuery, StrictQuery},
+};
 use crate::{app::AppState, store};
 
 /// The health body.
@@ -19,7 +22,10 @@ pub struct Health {
 
 /// 200 when a database round trip succeeds within the probe time-out, else 503.
 #[tracing::instrument(skip_all)]
-pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
+pub async fn health(
+    State(state): State<AppState>,
+    StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
+) -> impl IntoResponse {
     let probe = tokio::time::timeout(state.probe_timeout, store::ping(&state.db)).await;
     let database_ok = matches!(probe, Ok(Ok(())));
     if !database_ok {

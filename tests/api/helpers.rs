@@ -1,0 +1,290 @@
+//! `spawn_app()` and typed helpers for the partner and operator APIs.
+
+use std::{sync::Once, time::Duration};
+
+use esim_reseller::{
+    app::Application,
+    config::{Settings, Sources},
+    store::Db,
+    telemetry,
+};
+use reqwest::{Method, Response, StatusCode};
+use sea_orm::{ConnectionTrait, Database};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789";
+
+/// A running service and what a test needs to talk to it.
+pub struct TestApp {
+    /// `http://127.0.0.1:<port>` of the partner listener.
+    pub public: String,
+    /// `http://127.0.0.1:<port>` of the operator listener.
+    pub operator: String,
+    /// `http://127.0.0.1:<port>` of the simulators listener.
+    #[allow(dead_code)]
+    pub simulators: Option<String>,
+    /// The service's own pool, for sabotage and for reading what was stored.
+    pub db: Db,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    _sqlite_dir: Option<tempfile::TempDir>,
+    postgres: Option<PostgresDatabase>,
+}
+
+/// Starts the service with the test defaults.
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(&[]).await
+}
+
+/// Starts the service with extra configuration overrides (dotted keys).
+pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
+    static LOGS: Once = Once::new();
+    esim_reseller::install_tls_provider();
+    let mut all: Vec<(String, String)> = vec![
+        ("http.public_addr".into(), "127.0.0.1:0".into()),
+        ("http.operator_addr".into(), "127.0.0.1:0".into()),
+        ("simulators.addr".into(), "127.0.0.1:0".into()),
+        ("operator.token".into(), OPERATOR_TOKEN.into()),
+    ];
+    let (sqlite_dir, postgres) = match std::env::var("TEST_DATABASE_URL") {
+        Ok(base) if !base.is_empty() => {
+            let database = PostgresDatabase::create(&base).await;
+            all.push(("database.url".into(), database.url.clone()));
+            (None, Some(database))
+        }
+        _ => {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let url = format!("sqlite://{}/esim.db?mode=rwc", dir.path().display());
+            all.push(("database.url".into(), url));
+            (Some(dir), None)
+        }
+    };
+    all.extend(
+        overrides
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let settings = Settings::load(&Sources {
+        dir: Some(concat!(env!("CARGO_MANIFEST_DIR"), "/config").into()),
+        env: None,
+        use_environment: false,
+        overrides: all,
+    })
+    .expect("test configuration loads");
+    if std::env::var_os("TEST_LOG").is_some() {
+        LOGS.call_once(|| telemetry::init(&settings.log));
+    }
+
+    let app = Application::build(settings).await.expect("app builds");
+    let public = format!("http://{}", app.public_addr());
+    let operator = format!("http://{}", app.operator_addr());
+    let simulators = app.simulators_addr().map(|a| format!("http://{a}"));
+    let db = app.db();
+    let (stop, stopped) = oneshot::channel();
+    let server = tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    TestApp {
+        public,
+        operator,
+        simulators,
+        db,
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("client"),
+        stop: Some(stop),
+        server: Some(server),
+        _sqlite_dir: sqlite_dir,
+        postgres,
+    }
+}
+
+impl TestApp {
+    /// A request to the partner API, `path` relative to `/partner/v1`.
+    pub fn partner(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}/partner/v1{path}", self.public))
+    }
+
+    /// A request to the operator API with the operator token.
+    pub fn operator(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}/operator/v1{path}", self.operator))
+            .bearer_auth(OPERATOR_TOKEN)
+    }
+
+    /// Creates a partner through the operator API; `extra` is merged into the body.
+    pub async fn create_partner(&self, extra: Value) -> Value {
+        let mut body = json!({ "name": format!("Partner {}", uuid::Uuid::new_v4()), "tier": "bronze", "status": "live" });
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
+        let response = self
+            .operator(Method::POST, "/partners")
+            .json(&body)
+            .send()
+            .await
+            .expect("send");
+        let (status, json) = read(response).await;
+        assert_eq!(status, StatusCode::CREATED, "{json}");
+        json
+    }
+
+    /// Issues a key and returns the whole answer (with `secret`).
+    pub async fn issue_key(&self, partner_id: &str, body: Value) -> Value {
+        let response = self
+            .operator(Method::POST, &format!("/partners/{partner_id}/keys"))
+            .json(&body)
+            .send()
+            .await
+            .expect("send");
+        let (status, json) = read(response).await;
+        assert_eq!(status, StatusCode::CREATED, "{json}");
+        json
+    }
+
+    /// Stops the service and waits for it to finish draining.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.server.take() {
+            Some(server) => server.await.expect("server task"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+        if let Some(database) = self.postgres.take() {
+            database.drop_now();
+        }
+    }
+}
+
+/// Status and JSON body of a response (`Value::Null` for an empty body).
+pub async fn read(response: Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let text = response.text().await.expect("body");
+    let json = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({status}): {text}"))
+    };
+    (status, json)
+}
+
+/// Asserts the spec's error envelope and returns the `error` object.
+pub fn assert_error(status: StatusCode, body: &Value, expected_status: u16, code: &str) -> Value {
+    assert_eq!(status.as_u16(), expected_status, "{body}");
+    let error = body["error"].clone();
+    assert_eq!(error["code"], code, "{body}");
+    for field in ["type", "code", "message", "doc_url", "request_id"] {
+        assert!(error[field].is_string(), "missing {field}: {body}");
+    }
+    assert!(error.get("param").is_some(), "missing param: {body}");
+    let anchor = code.replace('.', "-");
+    assert!(
+        error["doc_url"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/errors#{anchor}")),
+        "{body}"
+    );
+    error
+}
+
+#[allow(dead_code)] // used by the order and deposit tests
+/// Polls `check` until it returns `Some`, or panics at the deadline.
+pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let until = tokio::time::Instant::now() + deadline;
+    let mut tick = tokio::time::interval(Duration::from_millis(25));
+    loop {
+        tick.tick().await;
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "timed out waiting for {what}"
+        );
+    }
+}
+
+/// A throw-away PostgreSQL database, dropped with the test.
+struct PostgresDatabase {
+    base: String,
+    name: String,
+    url: String,
+}
+
+impl PostgresDatabase {
+    async fn create(base: &str) -> Self {
+        let name = format!("esim_test_{}", uuid::Uuid::new_v4().simple());
+        let admin = Database::connect(base)
+            .await
+            .expect("connect to TEST_DATABASE_URL");
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+            .await
+            .expect("create test database");
+        let _ = admin.close().await;
+        Self {
+            url: replace_database(base, &name),
+            base: base.to_owned(),
+            name,
+        }
+    }
+
+    /// Drops the database from a fresh thread (Drop cannot await).
+    fn drop_now(self) {
+        let handle = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let admin = Database::connect(&self.base).await?;
+                admin
+                    .execute_unprepared(&format!(
+                        "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                        self.name
+                    ))
+                    .await?;
+                admin.close().await?;
+                anyhow::Ok(())
+            })
+        });
+        let _ = handle.join();
+    }
+}
+
+/// `postgres://u@h:p/db?x` with `db` replaced by `name`.
+fn replace_database(base: &str, name: &str) -> String {
+    let (without_query, query) = base
+        .split_once('?')
+        .map_or((base, None), |(a, b)| (a, Some(b)));
+    let authority_end = without_query.find("://").map_or(0, |i| i + 3);
+    let path_start = without_query[authority_end..]
+        .find('/')
+        .map_or(without_query.len(), |i| authority_end + i);
+    let mut url = format!("{}/{name}", &without_query[..path_start]);
+    if let Some(query) = query {
+        url.push('?');
+        url.push_str(query);
+    }
+    url
+}

@@ -1,0 +1,8 @@
+//! Integration tests: the real service on ephemeral ports against a fresh
+//! database per test (SQLite, or PostgreSQL when `TEST_DATABASE_URL` is set),
+//! spoken to over HTTP.
+
+mod envelope;
+mod health;
+mod helpers;
+mod operator;
