@@ -18,14 +18,19 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::{catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer};
 
+use ipnet::IpNet;
+
 use crate::{
-    config::{Settings, TierSettings},
+    auth::KeyDirectory,
+    config::{SANDBOX_BAND, Settings, TierSettings},
     docs,
+    domain::rate::{Band, Window},
     http::{
         self,
         envelope::{EnvelopeContext, envelope},
         error::{ApiError, ErrorCode},
     },
+    limits::Limiter,
     operator, simulators,
     store::{self, Db},
 };
@@ -50,6 +55,18 @@ pub struct Shared {
     pub operator_token: SecretString,
     /// Base of `doc_url`.
     pub docs_base: Arc<str>,
+    /// Cached key lookups.
+    pub keys: KeyDirectory,
+    /// Rate-limit and failed-authentication counters.
+    pub limiter: Limiter,
+    /// Peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Rate-limit bands by name.
+    pub bands: BTreeMap<String, Band>,
+    /// Used if a tier names a band that vanished (validation prevents it).
+    pub fallback_band: Band,
+    /// The failed-authentication budget per source address.
+    pub failed_auth: Window,
 }
 
 impl Deref for AppState {
@@ -94,7 +111,24 @@ impl Application {
             Some(url) => url.trim_end_matches('/').into(),
             None => format!("http://{public_addr}/docs").into(),
         };
+        let limiter = Limiter::connect(&settings.rate_limit).await?;
+        let bands = settings.rate_limit.bands;
+        let fallback_band = *bands
+            .get(SANDBOX_BAND)
+            .context("the sandbox band is configured")?;
         let state = AppState(Arc::new(Shared {
+            keys: KeyDirectory::new(
+                db.clone(),
+                Duration::from_secs(settings.auth.key_cache_seconds),
+            ),
+            limiter,
+            trusted_proxies: settings.http.trusted_proxies,
+            bands,
+            fallback_band,
+            failed_auth: Window {
+                limit: settings.rate_limit.failed_auth_limit,
+                window_seconds: settings.rate_limit.failed_auth_window_seconds,
+            },
             db,
             probe_timeout: Duration::from_millis(settings.database.probe_timeout_ms),
             started_at: Instant::now(),
@@ -154,7 +188,7 @@ impl Application {
             docs_base: self.state.docs_base.clone(),
         };
         let public_router = Router::new()
-            .nest("/partner/v1", http::partner_routes())
+            .nest("/partner/v1", http::partner_routes(&self.state))
             .nest("/docs", docs::routes())
             .with_state(self.state.clone());
         let operator_router = Router::new()

@@ -14,6 +14,11 @@ use ipnet::IpNet;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+use crate::domain::rate::Band;
+
+/// The band sandbox keys use.
+pub const SANDBOX_BAND: &str = "sandbox";
+
 const EMBEDDED_DEFAULTS: &str = include_str!("../config/default.toml");
 
 /// The whole configuration of one `serve` process.
@@ -47,6 +52,8 @@ pub struct Settings {
     pub sandbox: SandboxSettings,
     /// Commercial tiers by name.
     pub tiers: BTreeMap<String, TierSettings>,
+    /// Key lookups.
+    pub auth: AuthSettings,
 }
 
 /// `[tiers.<name>]`
@@ -55,6 +62,16 @@ pub struct Settings {
 pub struct TierSettings {
     /// Headline discount of the tier, in basis points (0-10000).
     pub discount_bps: u32,
+    /// The rate-limit band of live keys on this tier (a key of `rate_limit.bands`).
+    pub rate_band: String,
+}
+
+/// `[auth]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    /// Seconds a cached key and account lookup is trusted on this node.
+    pub key_cache_seconds: u64,
 }
 
 /// `[database]`
@@ -190,6 +207,12 @@ pub struct RateLimitSettings {
     /// Required when the backend is `redis`.
     #[serde(default)]
     pub redis_url: Option<String>,
+    /// Failed authentications allowed per source address per window.
+    pub failed_auth_limit: u32,
+    /// The failed-authentication window, in seconds.
+    pub failed_auth_window_seconds: u32,
+    /// Bands by name: `sandbox` plus each tier's `rate_band`.
+    pub bands: BTreeMap<String, Band>,
 }
 
 /// `[sandbox]`
@@ -211,6 +234,7 @@ pub struct Sources {
     /// Whether `ESIM__*` environment variables apply.
     pub use_environment: bool,
     /// Last-word overrides as (dotted key, value); used by tests and tools.
+    /// A value written as a JSON array of strings sets a list.
     pub overrides: Vec<(String, String)>,
 }
 
@@ -251,9 +275,16 @@ impl Settings {
             );
         }
         for (key, value) in &sources.overrides {
-            builder = builder
-                .set_override(key.as_str(), value.as_str())
-                .with_context(|| format!("configuration key `{key}`"))?;
+            // A value written as a JSON array of strings overrides a list.
+            let list = value
+                .starts_with('[')
+                .then(|| serde_json::from_str::<Vec<String>>(value).ok())
+                .flatten();
+            builder = match list {
+                Some(list) => builder.set_override(key.as_str(), list),
+                None => builder.set_override(key.as_str(), value.as_str()),
+            }
+            .with_context(|| format!("configuration key `{key}`"))?;
         }
         let settings: Settings = builder
             .build()
@@ -312,6 +343,30 @@ impl Settings {
             if tier.discount_bps > 10_000 {
                 bail!("invalid configuration: `tiers.{name}.discount_bps` must be at most 10000");
             }
+            if !self.rate_limit.bands.contains_key(&tier.rate_band) {
+                bail!(
+                    "invalid configuration: `tiers.{name}.rate_band` names no band of `rate_limit.bands`"
+                );
+            }
+        }
+        if !self.rate_limit.bands.contains_key(SANDBOX_BAND) {
+            bail!("invalid configuration: `rate_limit.bands.sandbox` is required");
+        }
+        for (name, band) in &self.rate_limit.bands {
+            for (class, window) in band.windows() {
+                if window.limit == 0 || window.window_seconds == 0 {
+                    bail!(
+                        "invalid configuration: `rate_limit.bands.{name}.{}` needs a limit and window_seconds above 0",
+                        class.as_str()
+                    );
+                }
+            }
+        }
+        if self.rate_limit.failed_auth_limit == 0 || self.rate_limit.failed_auth_window_seconds == 0
+        {
+            bail!(
+                "invalid configuration: `rate_limit.failed_auth_limit` and `rate_limit.failed_auth_window_seconds` must be above 0"
+            );
         }
         tracing_subscriber::EnvFilter::try_new(&self.log.level)
             .map_err(|e| anyhow::anyhow!("invalid configuration: `log.level`: {e}"))?;

@@ -15,17 +15,23 @@
 //!   [`http::extract`] refuses unknown parameters and fields.
 //! - [`operator`]: the operator API on its own listener, and the `admin` CLI
 //!   that wraps it.
-//! - [`domain`]: pure rules (ids, key material, account status); no I/O.
+//! - [`auth`]: key lookups with a short per-node cache; [`limits`]: the
+//!   fixed-window counters (memory or Redis) behind rate limits and the
+//!   failed-authentication budget.
+//! - [`domain`]: pure rules (ids, key material, account status and gating,
+//!   source addresses, rate windows); no I/O.
 //! - [`store`]: sea-orm persistence; the only module that knows SQL.
 //! - [`simulators`]: stand-ins for the supplier and the payment provider.
 //! - [`docs`]: reference pages, so every `doc_url` resolves.
 //! - [`telemetry`]: log output (`pretty` or `json`).
 
 pub mod app;
+pub mod auth;
 pub mod config;
 pub mod docs;
 pub mod domain;
 pub mod http;
+pub mod limits;
 pub mod operator;
 pub mod simulators;
 pub mod store;

@@ -3,5 +3,7 @@
 
 pub mod api_key;
 pub mod ids;
+pub mod net;
 pub mod partner;
+pub mod rate;
 pub mod time;

@@ -152,3 +152,48 @@ mod tests {
         assert!(!is_valid_slug("Acme"));
     }
 }
+
+/// Why an account refuses a key's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    NotLive,
+    Suspended,
+    Closed,
+}
+
+/// Account gating: live keys need a `live` account; sandbox keys work on
+/// every account that is not `closed`.
+pub fn gate(status: Status, mode: Mode) -> Result<(), Refusal> {
+    match (status, mode) {
+        (Status::Closed, _) => Err(Refusal::Closed),
+        (_, Mode::Sandbox) | (Status::Live, Mode::Live) => Ok(()),
+        (Status::Suspended, Mode::Live) => Err(Refusal::Suspended),
+        (Status::Pending | Status::Sandbox, Mode::Live) => Err(Refusal::NotLive),
+    }
+}
+
+#[cfg(test)]
+mod gate_tests {
+    use super::*;
+
+    #[test]
+    fn the_gating_matrix() {
+        use Mode::*;
+        use Status as S;
+        let cases = [
+            (S::Sandbox, Live, Err(Refusal::NotLive)),
+            (S::Pending, Live, Err(Refusal::NotLive)),
+            (S::Live, Live, Ok(())),
+            (S::Suspended, Live, Err(Refusal::Suspended)),
+            (S::Closed, Live, Err(Refusal::Closed)),
+            (S::Sandbox, Sandbox, Ok(())),
+            (S::Pending, Sandbox, Ok(())),
+            (S::Live, Sandbox, Ok(())),
+            (S::Suspended, Sandbox, Ok(())),
+            (S::Closed, Sandbox, Err(Refusal::Closed)),
+        ];
+        for (status, mode, expected) in cases {
+            assert_eq!(gate(status, mode), expected, "{status:?} {mode:?}");
+        }
+    }
+}

@@ -93,6 +93,26 @@ pub enum KeyCommand {
         #[arg(long = "allow")]
         allowed_cidrs: Vec<String>,
     },
+    /// Issue a replacement now; the old key expires after the grace period.
+    Rotate {
+        /// The key's `pk_` id.
+        key_id: String,
+        /// Seconds the old key keeps working (default 3600).
+        #[arg(long)]
+        grace_seconds: Option<i64>,
+    },
+    /// Refuse the key from the next request on.
+    Revoke { key_id: String },
+    /// Set the CIDRs a key may be used from.
+    Allow {
+        key_id: String,
+        /// A CIDR or address; repeat for several.
+        #[arg(long = "cidr", required_unless_present = "clear")]
+        cidrs: Vec<String>,
+        /// Remove the allowlist: any source address.
+        #[arg(long, conflicts_with = "cidrs")]
+        clear: bool,
+    },
 }
 
 /// Runs one admin verb; returns the process exit code.
@@ -204,6 +224,33 @@ fn request_for(command: AdminCommand) -> (Method, String, Option<Value>) {
                 Method::POST,
                 format!("/partners/{partner_id}/keys"),
                 Some(body.into()),
+            )
+        }
+        AdminCommand::Key(KeyCommand::Rotate {
+            key_id,
+            grace_seconds,
+        }) => {
+            let mut body = Map::new();
+            put(&mut body, "grace_seconds", grace_seconds);
+            (
+                Method::POST,
+                format!("/keys/{key_id}/rotate"),
+                Some(body.into()),
+            )
+        }
+        AdminCommand::Key(KeyCommand::Revoke { key_id }) => {
+            (Method::POST, format!("/keys/{key_id}/revoke"), None)
+        }
+        AdminCommand::Key(KeyCommand::Allow {
+            key_id,
+            cidrs,
+            clear,
+        }) => {
+            let list = if clear { Value::Null } else { cidrs.into() };
+            (
+                Method::PATCH,
+                format!("/keys/{key_id}"),
+                Some(json!({ "allowed_cidrs": list })),
             )
         }
     }

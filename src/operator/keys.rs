@@ -7,6 +7,7 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use ipnet::IpNet;
+use sea_orm::TransactionTrait;
 use serde::Deserialize;
 
 use super::{
@@ -117,4 +118,127 @@ fn normalize_cidrs(list: &[String], v: &mut Violations) -> Vec<String> {
         }
     }
     out
+}
+
+/// Body of `POST /keys/{id}/rotate`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotateKey {
+    /// How long the old key keeps working; default one hour.
+    grace_seconds: Option<i64>,
+}
+
+/// How long a rotated key keeps working when the operator does not say.
+const DEFAULT_GRACE_SECONDS: i64 = 3600;
+/// The longest grace: thirty days.
+const MAX_GRACE_SECONDS: i64 = 30 * 24 * 3600;
+
+/// Issues the replacement now (same partner, mode, label and allowlist) and
+/// lets the old key expire after the grace period.
+#[tracing::instrument(skip_all, fields(key_id = %id))]
+pub async fn rotate(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StrictJson(body): StrictJson<RotateKey>,
+) -> Result<(StatusCode, Json<OperatorKey>), ApiError> {
+    let grace = body.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS);
+    if !(0..=MAX_GRACE_SECONDS).contains(&grace) {
+        return Err(ApiError::invalid(
+            "grace_seconds",
+            format!("must be from 0 to {MAX_GRACE_SECONDS}"),
+        ));
+    }
+    let old = find_key(&state, &id).await?;
+    if old.revoked_at.is_some() {
+        return Err(ApiError::new(ErrorCode::Conflict)
+            .with_message("The key is revoked; issue a new key instead."));
+    }
+    let mode = Mode::parse(&old.mode)
+        .ok_or_else(|| ApiError::internal("stored key has an unknown mode"))?;
+    let now = time::now();
+    let issued = api_key::issue(mode);
+    let cidrs = old
+        .allowed_cidrs
+        .as_ref()
+        .and_then(|v| serde_json::from_value::<Vec<String>>(v.clone()).ok());
+    let txn = state.db.begin().await?;
+    let replacement = store::keys::insert(
+        &txn,
+        NewKey {
+            id: KeyId::generate().into_string(),
+            partner_id: old.partner_id.clone(),
+            mode: old.mode.clone(),
+            label: old.label.clone(),
+            secret_hash: issued.hash,
+            last4: issued.last4,
+            allowed_cidrs: cidrs,
+            expires_at: None,
+        },
+        now,
+    )
+    .await?;
+    let old_expiry = now + chrono::Duration::seconds(grace);
+    let keep = old.expires_at.filter(|at| *at < old_expiry);
+    let old = store::keys::set_expiry(&txn, old, Some(keep.unwrap_or(old_expiry))).await?;
+    txn.commit().await?;
+    state.keys.forget_key(&old.id);
+    tracing::info!(old_key_id = %old.id, new_key_id = %replacement.id, grace, "key rotated");
+    Ok((
+        StatusCode::CREATED,
+        Json(OperatorKey::new(replacement, Some(issued.secret))),
+    ))
+}
+
+/// `POST /keys/{id}/revoke`: the key is refused from the next request on.
+#[tracing::instrument(skip_all, fields(key_id = %id))]
+pub async fn revoke(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<OperatorKey>, ApiError> {
+    let key = find_key(&state, &id).await?;
+    let key = match key.revoked_at {
+        Some(_) => key,
+        None => store::keys::revoke(&state.db, key, time::now()).await?,
+    };
+    state.keys.forget_key(&key.id);
+    tracing::info!("key revoked");
+    Ok(Json(OperatorKey::new(key, None)))
+}
+
+/// Body of `PATCH /keys/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateKey {
+    /// `null` clears the allowlist (any source).
+    #[serde(default, deserialize_with = "super::double_option")]
+    allowed_cidrs: Option<Option<Vec<String>>>,
+}
+
+#[tracing::instrument(skip_all, fields(key_id = %id))]
+pub async fn update(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StrictJson(body): StrictJson<UpdateKey>,
+) -> Result<Json<OperatorKey>, ApiError> {
+    let Some(requested) = body.allowed_cidrs else {
+        return Err(ApiError::invalid(
+            "allowed_cidrs",
+            "is required (null clears the allowlist)",
+        ));
+    };
+    let mut v = Violations::default();
+    let cidrs = requested.map(|list| normalize_cidrs(&list, &mut v));
+    v.into_result()?;
+    let key = find_key(&state, &id).await?;
+    let key = store::keys::set_allowlist(&state.db, key, cidrs).await?;
+    state.keys.forget_key(&key.id);
+    tracing::info!(allowed_cidrs = ?key.allowed_cidrs, "key allowlist changed");
+    Ok(Json(OperatorKey::new(key, None)))
+}
+
+async fn find_key(state: &AppState, id: &str) -> Result<entities::api_key::Model, ApiError> {
+    KeyId::parse(id).map_err(|e| ApiError::invalid("id", e.to_string()))?;
+    store::keys::find(&state.db, id)
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound).with_message("No such key."))
 }

@@ -14,7 +14,7 @@ use axum::{
     http::header,
     middleware::{self, Next},
     response::Response,
-    routing::{get, post},
+    routing::{get, patch, post},
 };
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
@@ -34,6 +34,9 @@ pub fn routes(state: AppState) -> Router<AppState> {
             get(partners::show).patch(partners::update),
         )
         .route("/partners/{id}/keys", post(keys::issue))
+        .route("/keys/{id}", patch(keys::update))
+        .route("/keys/{id}/rotate", post(keys::rotate))
+        .route("/keys/{id}/revoke", post(keys::revoke))
         .route_layer(middleware::from_fn_with_state(
             state,
             require_operator_token,

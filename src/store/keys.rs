@@ -56,3 +56,36 @@ pub async fn find_by_hash<C: ConnectionTrait>(
 pub async fn find<C: ConnectionTrait>(db: &C, id: &str) -> Result<Option<api_key::Model>, DbErr> {
     api_key::Entity::find_by_id(id.to_owned()).one(db).await
 }
+
+/// Sets or clears a key's expiry.
+pub async fn set_expiry<C: ConnectionTrait>(
+    db: &C,
+    key: api_key::Model,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<api_key::Model, DbErr> {
+    let mut model: api_key::ActiveModel = key.into();
+    model.expires_at = Set(expires_at);
+    model.update(db).await
+}
+
+/// Marks a key revoked.
+pub async fn revoke<C: ConnectionTrait>(
+    db: &C,
+    key: api_key::Model,
+    at: DateTime<Utc>,
+) -> Result<api_key::Model, DbErr> {
+    let mut model: api_key::ActiveModel = key.into();
+    model.revoked_at = Set(Some(at));
+    model.update(db).await
+}
+
+/// Replaces (or clears, with `None`) a key's allowlist.
+pub async fn set_allowlist<C: ConnectionTrait>(
+    db: &C,
+    key: api_key::Model,
+    cidrs: Option<Vec<String>>,
+) -> Result<api_key::Model, DbErr> {
+    let mut model: api_key::ActiveModel = key.into();
+    model.allowed_cidrs = Set(cidrs.map(|c| serde_json::json!(c)));
+    model.update(db).await
+}

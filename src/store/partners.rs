@@ -133,3 +133,17 @@ pub async fn update<C: ConnectionTrait>(
     model.updated_at = Set(now);
     model.update(db).await
 }
+
+/// The balance of one float, read fresh.
+pub async fn float_balance<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    mode: Mode,
+) -> Result<Option<i64>, DbErr> {
+    Ok(
+        float::Entity::find_by_id((partner_id.to_owned(), mode.as_str().to_owned()))
+            .one(db)
+            .await?
+            .map(|f| f.balance_cents),
+    )
+}

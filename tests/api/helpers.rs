@@ -26,6 +26,8 @@ pub struct TestApp {
     pub simulators: Option<String>,
     /// The service's own pool, for sabotage and for reading what was stored.
     pub db: Db,
+    /// The database URL, so that a second node can share the database.
+    pub database_url: String,
     pub client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -40,6 +42,26 @@ pub async fn spawn_app() -> TestApp {
 
 /// Starts the service with extra configuration overrides (dotted keys).
 pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
+    let (database_url, sqlite_dir, postgres) = match std::env::var("TEST_DATABASE_URL") {
+        Ok(base) if !base.is_empty() => {
+            let database = PostgresDatabase::create(&base).await;
+            (database.url.clone(), None, Some(database))
+        }
+        _ => {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let url = format!("sqlite://{}/esim.db?mode=rwc", dir.path().display());
+            (url, Some(dir), None)
+        }
+    };
+    let mut app = spawn_node(&database_url, overrides).await;
+    app._sqlite_dir = sqlite_dir;
+    app.postgres = postgres;
+    app
+}
+
+/// Starts another node of the service on an existing database (the first
+/// node owns the database and cleans it up).
+pub async fn spawn_node(database_url: &str, overrides: &[(&str, &str)]) -> TestApp {
     static LOGS: Once = Once::new();
     esim_reseller::install_tls_provider();
     let mut all: Vec<(String, String)> = vec![
@@ -47,20 +69,8 @@ pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
         ("http.operator_addr".into(), "127.0.0.1:0".into()),
         ("simulators.addr".into(), "127.0.0.1:0".into()),
         ("operator.token".into(), OPERATOR_TOKEN.into()),
+        ("database.url".into(), database_url.into()),
     ];
-    let (sqlite_dir, postgres) = match std::env::var("TEST_DATABASE_URL") {
-        Ok(base) if !base.is_empty() => {
-            let database = PostgresDatabase::create(&base).await;
-            all.push(("database.url".into(), database.url.clone()));
-            (None, Some(database))
-        }
-        _ => {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let url = format!("sqlite://{}/esim.db?mode=rwc", dir.path().display());
-            all.push(("database.url".into(), url));
-            (Some(dir), None)
-        }
-    };
     all.extend(
         overrides
             .iter()
@@ -91,14 +101,15 @@ pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
         operator,
         simulators,
         db,
+        database_url: database_url.to_owned(),
         client: reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
             .expect("client"),
         stop: Some(stop),
         server: Some(server),
-        _sqlite_dir: sqlite_dir,
-        postgres,
+        _sqlite_dir: None,
+        postgres: None,
     }
 }
 
@@ -144,6 +155,21 @@ impl TestApp {
         let (status, json) = read(response).await;
         assert_eq!(status, StatusCode::CREATED, "{json}");
         json
+    }
+
+    /// A partner API request authenticated with `key`.
+    pub fn as_partner(&self, key: &str, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.partner(method, path).bearer_auth(key)
+    }
+
+    /// A partner with the given fields (default: bronze, live) and a key of
+    /// `mode`; returns (partner, key answer with `secret`).
+    pub async fn partner_with_key(&self, partner: Value, mode: &str) -> (Value, Value) {
+        let partner = self.create_partner(partner).await;
+        let key = self
+            .issue_key(partner["id"].as_str().unwrap(), json!({ "mode": mode }))
+            .await;
+        (partner, key)
     }
 
     /// Stops the service and waits for it to finish draining.

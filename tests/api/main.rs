@@ -2,7 +2,10 @@
 //! database per test (SQLite, or PostgreSQL when `TEST_DATABASE_URL` is set),
 //! spoken to over HTTP.
 
+mod auth;
 mod envelope;
 mod health;
 mod helpers;
+mod me;
 mod operator;
+mod rate_limits;

@@ -1,0 +1,215 @@
+//! Authentication, allowlists, rate limits and account gating, in that order,
+//! for every partner route except `GET /health`.
+//!
+//! 1. The source address is resolved (`domain::net`), and a source past its
+//!    failed-authentication budget is refused before any lookup.
+//! 2. The bearer key is checked: form, then digest lookup, then revocation and
+//!    expiry. Each failure consumes the source's budget.
+//! 3. The key's CIDR allowlist, if any, must contain the source.
+//! 4. The key's window for the route's class is counted; `X-RateLimit-*`
+//!    headers go on every response from here on, errors included.
+//! 5. The account must let the key's mode through.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use axum::{
+    extract::{ConnectInfo, Request, State},
+    http::{HeaderMap, HeaderName, HeaderValue, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+
+use crate::{
+    app::AppState,
+    auth::KeyRecord,
+    config::SANDBOX_BAND,
+    domain::{
+        api_key,
+        net::{self, Source},
+        partner::{self, Mode, Refusal, Status},
+        rate::{Band, RateClass, WindowState},
+        time,
+    },
+    http::error::{ApiError, ErrorCode},
+    limits::unix_now_millis,
+};
+
+/// The authenticated caller, for handlers (a request extension).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The key and its account as authentication saw them.
+    pub record: Arc<KeyRecord>,
+    /// The key's mode: the only thing that decides live or sandbox.
+    pub mode: Mode,
+}
+
+impl Caller {
+    pub fn partner_id(&self) -> &str {
+        &self.record.partner.id
+    }
+
+    pub fn key_id(&self) -> &str {
+        &self.record.key.id
+    }
+}
+
+/// State of the authentication layer of one group of routes.
+#[derive(Clone)]
+pub struct AuthLayer {
+    pub app: AppState,
+    /// The rate class of the routes behind this layer.
+    pub class: RateClass,
+}
+
+/// The middleware. See the module documentation for the order of checks.
+pub async fn authenticate(
+    State(layer): State<AuthLayer>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let app = &layer.app;
+    let source = resolve_source(app, peer, request.headers());
+    let budget_bucket = format!("auth:{}", source.budget_key());
+    if app.limiter.used(&budget_bucket, app.failed_auth).await >= u64::from(app.failed_auth.limit) {
+        return ApiError::new(ErrorCode::RateLimitExceeded)
+            .with_message("Too many failed authentications from this address.")
+            .into_response();
+    }
+
+    let record = match identify(app, request.headers()).await {
+        Ok(record) => record,
+        Err(Identify::Refused(error)) => {
+            app.limiter.hit(&budget_bucket, app.failed_auth).await;
+            return error.into_response();
+        }
+        Err(Identify::Fault(error)) => return error.into_response(),
+    };
+
+    if !net::allowed(&source, record.allowlist.as_deref()) {
+        return ApiError::new(ErrorCode::AuthIpNotAllowed).into_response();
+    }
+
+    let window = band_for(app, &record).window(layer.class);
+    let counted = app
+        .limiter
+        .hit(
+            &format!("key:{}:{}", record.key.id, layer.class.as_str()),
+            window,
+        )
+        .await;
+    let response = if !counted.allowed {
+        window_exceeded(layer.class, &counted).into_response()
+    } else if let Err(error) = check_account(&record) {
+        error.into_response()
+    } else {
+        let mode = record.mode;
+        request.extensions_mut().insert(Caller { record, mode });
+        next.run(request).await
+    };
+    with_rate_headers(response, &counted)
+}
+
+fn resolve_source(app: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Source {
+    let forwarded: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .map(|v| v.to_str().unwrap_or("\u{0}"))
+        .collect();
+    net::resolve_source(peer, &forwarded, &app.trusted_proxies)
+}
+
+enum Identify {
+    /// A credential failure: counts against the source's budget.
+    Refused(ApiError),
+    /// Our fault (the database): does not count.
+    Fault(ApiError),
+}
+
+/// The key the request presents, or why it is refused.
+async fn identify(app: &AppState, headers: &HeaderMap) -> Result<Arc<KeyRecord>, Identify> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Err(Identify::Refused(ApiError::new(ErrorCode::AuthMissing)));
+    };
+    let invalid = || Identify::Refused(ApiError::new(ErrorCode::AuthInvalidKey));
+    let presented = value
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .ok_or_else(invalid)?;
+    let claimed_mode = api_key::parse_form(presented).ok_or_else(invalid)?;
+    let record = app
+        .keys
+        .lookup(&api_key::digest(presented))
+        .await
+        .map_err(|err| Identify::Fault(ApiError::from(err)))?
+        .ok_or_else(invalid)?;
+    if record.key.revoked_at.is_some() || record.mode != claimed_mode {
+        return Err(invalid());
+    }
+    if record.key.expires_at.is_some_and(|at| at <= time::now()) {
+        return Err(Identify::Refused(ApiError::new(ErrorCode::AuthKeyExpired)));
+    }
+    Ok(record)
+}
+
+/// The band of a key: `sandbox` for sandbox keys, else the tier's.
+pub fn band_for<'a>(app: &'a AppState, record: &KeyRecord) -> &'a Band {
+    let name = match record.mode {
+        Mode::Sandbox => SANDBOX_BAND,
+        Mode::Live => app
+            .tiers
+            .get(&record.partner.tier)
+            .map_or(SANDBOX_BAND, |tier| tier.rate_band.as_str()),
+    };
+    app.bands.get(name).unwrap_or(&app.fallback_band)
+}
+
+fn check_account(record: &KeyRecord) -> Result<(), ApiError> {
+    let status = Status::parse(&record.partner.status).ok_or_else(|| {
+        ApiError::internal(format_args!(
+            "partner {} has an unknown status",
+            record.partner.id
+        ))
+    })?;
+    partner::gate(status, record.mode).map_err(|refusal| {
+        ApiError::new(match refusal {
+            Refusal::NotLive => ErrorCode::PartnerNotLive,
+            Refusal::Suspended => ErrorCode::PartnerSuspended,
+            Refusal::Closed => ErrorCode::PartnerClosed,
+        })
+    })
+}
+
+fn window_exceeded(class: RateClass, counted: &WindowState) -> ApiError {
+    let retry_after = counted.retry_after_seconds(unix_now_millis());
+    ApiError::new(ErrorCode::RateLimitExceeded)
+        .with_message(format!(
+            "Too many {} requests for this key; retry after {retry_after} s.",
+            class.as_str()
+        ))
+        .with_extra("rate_class", class.as_str())
+        .with_extra("retry_after_seconds", retry_after)
+        .with_header(header::RETRY_AFTER, HeaderValue::from(retry_after))
+}
+
+fn with_rate_headers(mut response: Response, counted: &WindowState) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        HeaderName::from_static("x-ratelimit-limit"),
+        HeaderValue::from(counted.limit),
+    );
+    headers.insert(
+        HeaderName::from_static("x-ratelimit-remaining"),
+        HeaderValue::from(counted.remaining),
+    );
+    headers.insert(
+        HeaderName::from_static("x-ratelimit-reset"),
+        HeaderValue::from(counted.reset_unix),
+    );
+    response
+}

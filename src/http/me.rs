@@ -1,0 +1,126 @@
+//! `GET /me` and `GET /balance`: read fresh from storage on every call.
+
+use axum::{Extension, Json, extract::State};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use super::{
+    auth::{Caller, band_for},
+    error::ApiError,
+    extract::{NoQuery, StrictQuery},
+};
+use crate::{app::AppState, store};
+
+/// The Partner resource.
+#[derive(Debug, Serialize)]
+pub struct PartnerView {
+    pub object: &'static str,
+    pub id: String,
+    pub name: String,
+    pub slug: String,
+    pub status: String,
+    pub mode: &'static str,
+    pub tier: String,
+    pub key: Option<KeyView>,
+    pub rate_limits: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The calling key, nested in the Partner resource.
+#[derive(Debug, Serialize)]
+pub struct KeyView {
+    pub id: String,
+    pub label: String,
+    pub last4: String,
+    pub mode: String,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
+pub async fn me(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
+) -> Result<Json<PartnerView>, ApiError> {
+    let partner = store::partners::find(&state.db, caller.partner_id())
+        .await?
+        .ok_or_else(|| ApiError::internal("authenticated partner vanished"))?;
+    // The key row is a courtesy: if it cannot be read the call still succeeds.
+    let key = match store::keys::find(&state.db, caller.key_id()).await {
+        Ok(key) => key.map(|k| KeyView {
+            id: k.id,
+            label: k.label,
+            last4: k.last4,
+            mode: k.mode,
+            expires_at: k.expires_at,
+            created_at: k.created_at,
+        }),
+        Err(err) => {
+            tracing::warn!(error = %err, "key row unreadable; answering with key null");
+            None
+        }
+    };
+    let mut rate_limits = Map::new();
+    for (class, window) in band_for(&state, &caller.record).windows() {
+        rate_limits.insert(
+            class.as_str().to_owned(),
+            json!({ "limit": window.limit, "window_seconds": window.window_seconds }),
+        );
+    }
+    Ok(Json(PartnerView {
+        object: "partner",
+        id: partner.id,
+        name: partner.name,
+        slug: partner.slug,
+        status: partner.status,
+        mode: caller.mode.as_str(),
+        tier: partner.tier,
+        key,
+        rate_limits: Value::Object(rate_limits),
+        created_at: partner.created_at,
+    }))
+}
+
+/// The Balance resource.
+#[derive(Debug, Serialize)]
+pub struct BalanceView {
+    pub object: &'static str,
+    pub balance_cents: i64,
+    pub currency: &'static str,
+    pub tier: String,
+    pub discount_bps: i64,
+    pub low_balance_threshold_cents: i64,
+    pub mode: &'static str,
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
+pub async fn balance(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
+) -> Result<Json<BalanceView>, ApiError> {
+    let partner = store::partners::find(&state.db, caller.partner_id())
+        .await?
+        .ok_or_else(|| ApiError::internal("authenticated partner vanished"))?;
+    let balance_cents = store::partners::float_balance(&state.db, caller.partner_id(), caller.mode)
+        .await?
+        .ok_or_else(|| ApiError::internal("float missing"))?;
+    let discount_bps = match partner.discount_override_bps {
+        Some(bps) => i64::from(bps),
+        None => state
+            .tiers
+            .get(&partner.tier)
+            .map_or(0, |t| i64::from(t.discount_bps)),
+    };
+    Ok(Json(BalanceView {
+        object: "balance",
+        balance_cents,
+        currency: "USD",
+        tier: partner.tier,
+        discount_bps,
+        low_balance_threshold_cents: partner.low_balance_threshold_cents,
+        mode: caller.mode.as_str(),
+    }))
+}
