@@ -20,10 +20,14 @@ use tower_http::{catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer};
 
 use ipnet::IpNet;
 
+use secrecy::ExposeSecret;
+
 use crate::{
     auth::KeyDirectory,
+    catalogue::{self, Catalogue},
     config::{SANDBOX_BAND, Settings, TierSettings},
     docs,
+    domain::cursor::CursorCodec,
     domain::rate::{Band, Window},
     http::{
         self,
@@ -67,6 +71,10 @@ pub struct Shared {
     pub fallback_band: Band,
     /// The failed-authentication budget per source address.
     pub failed_auth: Window,
+    /// The plan catalogue, in memory.
+    pub catalogue: Catalogue,
+    /// Signs and verifies pagination cursors.
+    pub cursors: CursorCodec,
 }
 
 impl Deref for AppState {
@@ -80,7 +88,9 @@ impl Deref for AppState {
 /// A built, bound, not yet running service.
 pub struct Application {
     state: AppState,
+    catalogue_refresh: Duration,
     body_limit: usize,
+    operator_body_limit: usize,
     public: TcpListener,
     public_addr: SocketAddr,
     operator: TcpListener,
@@ -94,6 +104,15 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let db = store::connect(&settings.database).await?;
         store::migrate(&db).await?;
+        if settings.catalogue.seed {
+            catalogue::seed_if_empty(&db).await?;
+        }
+        let catalogue = Catalogue::load(
+            db.clone(),
+            Duration::from_secs(settings.catalogue.destinations_cache_seconds),
+        )
+        .await?;
+        let catalogue_refresh = Duration::from_secs(settings.catalogue.refresh_seconds);
 
         let public = bind("public", settings.http.public_addr).await?;
         let operator = bind("operator", settings.http.operator_addr).await?;
@@ -129,6 +148,8 @@ impl Application {
                 limit: settings.rate_limit.failed_auth_limit,
                 window_seconds: settings.rate_limit.failed_auth_window_seconds,
             },
+            catalogue,
+            cursors: CursorCodec::new(settings.cursor.secret.expose_secret().as_bytes()),
             db,
             probe_timeout: Duration::from_millis(settings.database.probe_timeout_ms),
             started_at: Instant::now(),
@@ -139,7 +160,9 @@ impl Application {
         }));
         Ok(Self {
             state,
+            catalogue_refresh,
             body_limit: settings.http.body_limit_bytes,
+            operator_body_limit: settings.http.operator_body_limit_bytes,
             public,
             public_addr,
             operator,
@@ -202,9 +225,14 @@ impl Application {
         );
         let operator = serve(
             self.operator,
-            finish(operator_router, &envelope_ctx, self.body_limit),
+            finish(operator_router, &envelope_ctx, self.operator_body_limit),
             stop.clone(),
         );
+        let refresher = tokio::spawn(refresh_catalogue(
+            self.state.clone(),
+            self.catalogue_refresh,
+            stop.clone(),
+        ));
         let simulators = async {
             match self.simulators {
                 Some(listener) => {
@@ -219,9 +247,28 @@ impl Application {
             }
         };
         let served = tokio::try_join!(public, operator, simulators);
+        stop.cancel();
+        let _ = refresher.await;
         self.state.db.close_by_ref().await.ok();
         tracing::info!("stopped");
         served.map(|_| ())
+    }
+}
+
+/// Notices catalogue changes made through other nodes.
+async fn refresh_catalogue(state: AppState, every: Duration, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {
+                if let Err(err) = state.catalogue.refresh_if_changed().await {
+                    tracing::warn!(error = %err, "catalogue refresh failed; serving the last snapshot");
+                }
+            }
+        }
     }
 }
 

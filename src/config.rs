@@ -54,6 +54,20 @@ pub struct Settings {
     pub tiers: BTreeMap<String, TierSettings>,
     /// Key lookups.
     pub auth: AuthSettings,
+    /// The plan catalogue.
+    pub catalogue: CatalogueSettings,
+}
+
+/// `[catalogue]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogueSettings {
+    /// Load the shipped catalogue into an empty database.
+    pub seed: bool,
+    /// Seconds between checks for changes made through other nodes.
+    pub refresh_seconds: u64,
+    /// Seconds `GET /destinations` is cached per rate.
+    pub destinations_cache_seconds: u64,
 }
 
 /// `[tiers.<name>]`
@@ -100,6 +114,8 @@ pub struct HttpSettings {
     pub trusted_proxies: Vec<IpNet>,
     /// Largest request body, in bytes.
     pub body_limit_bytes: usize,
+    /// Largest request body on the operator listener, in bytes.
+    pub operator_body_limit_bytes: usize,
 }
 
 /// `[operator]`
@@ -320,6 +336,9 @@ impl Settings {
             && !(docs.starts_with("http://") || docs.starts_with("https://"))
         {
             bail!("invalid configuration: `docs_url` must be an absolute http(s) URL");
+        }
+        if self.catalogue.refresh_seconds == 0 {
+            bail!("invalid configuration: `catalogue.refresh_seconds` must be above 0");
         }
         if self.reconciler.interval_seconds == 0 {
             bail!("invalid configuration: `reconciler.interval_seconds` must be above 0");

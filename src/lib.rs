@@ -18,8 +18,10 @@
 //! - [`auth`]: key lookups with a short per-node cache; [`limits`]: the
 //!   fixed-window counters (memory or Redis) behind rate limits and the
 //!   failed-authentication budget.
+//! - [`catalogue`]: the plan catalogue in memory, priced per caller, seeded
+//!   from `config/catalogue.json` on first start.
 //! - [`domain`]: pure rules (ids, key material, account status and gating,
-//!   source addresses, rate windows); no I/O.
+//!   source addresses, rate windows, pricing, cursors); no I/O.
 //! - [`store`]: sea-orm persistence; the only module that knows SQL.
 //! - [`simulators`]: stand-ins for the supplier and the payment provider.
 //! - [`docs`]: reference pages, so every `doc_url` resolves.
@@ -27,6 +29,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod catalogue;
 pub mod config;
 pub mod docs;
 pub mod domain;

@@ -5,5 +5,8 @@
 //! parsing and their meaning.
 
 pub mod api_key;
+pub mod catalogue_version;
+pub mod destination;
 pub mod float;
 pub mod partner;
+pub mod plan;

@@ -2,8 +2,10 @@
 //! Everything here is unit-tested beside its code.
 
 pub mod api_key;
+pub mod cursor;
 pub mod ids;
 pub mod net;
 pub mod partner;
+pub mod pricing;
 pub mod rate;
 pub mod time;

@@ -67,21 +67,83 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        if !is_json(request.headers().get(header::CONTENT_TYPE)) {
-            return Err(ApiError::invalid_request(
-                "Content-Type must be application/json.",
-            ));
-        }
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::body_too_large()
-                } else {
-                    ApiError::invalid_request("The request body could not be read.")
+        let value = read_json_body(request, state).await?;
+        from_object(value).map(StrictJson)
+    }
+}
+
+/// Reads a JSON body of any shape, refusing a wrong content type, a body over
+/// the limit, an empty body and malformed JSON.
+async fn read_json_body<S: Send + Sync>(request: Request, state: &S) -> Result<Value, ApiError> {
+    if !is_json(request.headers().get(header::CONTENT_TYPE)) {
+        return Err(ApiError::invalid_request(
+            "Content-Type must be application/json.",
+        ));
+    }
+    let bytes = Bytes::from_request(request, state)
+        .await
+        .map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::body_too_large()
+            } else {
+                ApiError::invalid_request("The request body could not be read.")
+            }
+        })?;
+    parse_value(&bytes)
+}
+
+fn parse_value(bytes: &[u8]) -> Result<Value, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::invalid_request("A JSON body is required."));
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|err| ApiError::invalid_request(format!("The body is not valid JSON: {err}.")))
+}
+
+/// A JSON array body whose elements are strict objects of `T`.
+#[derive(Debug)]
+pub struct StrictJsonArray<T>(pub Vec<T>);
+
+impl<S, T> FromRequest<S> for StrictJsonArray<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let Value::Array(items) = read_json_body(request, state).await? else {
+            return Err(ApiError::invalid_request("The body must be a JSON array."));
+        };
+        let allowed = field_names::<T>();
+        let mut violations = Violations::default();
+        let mut parsed = Vec::with_capacity(items.len());
+        for (index, item) in items.into_iter().enumerate() {
+            let Value::Object(object) = &item else {
+                violations.add(format!("[{index}]"), "must be a JSON object");
+                continue;
+            };
+            let unknown: Vec<String> = object
+                .keys()
+                .filter(|k| !allowed.contains(&k.as_str()))
+                .cloned()
+                .collect();
+            for name in &unknown {
+                violations.add(format!("[{index}].{name}"), "unknown field");
+            }
+            if !unknown.is_empty() {
+                continue;
+            }
+            match serde_path_to_error::deserialize::<_, T>(item) {
+                Ok(value) => parsed.push(value),
+                Err(err) => {
+                    let path = err.path().to_string();
+                    violations.add(format!("[{index}].{path}"), err.into_inner().to_string());
                 }
-            })?;
-        parse_json(&bytes).map(StrictJson)
+            }
+        }
+        violations.into_result()?;
+        Ok(StrictJsonArray(parsed))
     }
 }
 
@@ -94,11 +156,11 @@ fn is_json(content_type: Option<&header::HeaderValue>) -> bool {
 
 /// Parses a JSON object body into `T` strictly.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::invalid_request("A JSON object body is required."));
-    }
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|err| ApiError::invalid_request(format!("The body is not valid JSON: {err}.")))?;
+    from_object(parse_value(bytes)?)
+}
+
+/// Deserializes a JSON object into `T`, naming unknown and mistyped fields.
+fn from_object<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
     let Value::Object(object) = &value else {
         return Err(ApiError::invalid_request("The body must be a JSON object."));
     };

@@ -8,6 +8,8 @@ pub mod error;
 pub mod extract;
 pub mod health;
 pub mod me;
+pub mod pagination;
+pub mod plans;
 
 use axum::{Router, middleware, routing::get};
 
@@ -18,10 +20,15 @@ use crate::{app::AppState, domain::rate::RateClass};
 pub fn partner_routes(state: &AppState) -> Router<AppState> {
     let read = Router::new()
         .route("/me", get(me::me))
-        .route("/balance", get(me::balance));
+        .route("/balance", get(me::balance))
+        .route("/plans/{id}", get(plans::show))
+        .route("/plans/{id}/price", get(plans::price))
+        .route("/destinations", get(plans::destinations));
+    let catalogue = Router::new().route("/plans", get(plans::list));
     Router::new()
         .route("/health", get(health::health))
         .merge(behind_auth(read, state, RateClass::Read))
+        .merge(behind_auth(catalogue, state, RateClass::Catalogue))
 }
 
 fn behind_auth(routes: Router<AppState>, state: &AppState, class: RateClass) -> Router<AppState> {

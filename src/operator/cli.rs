@@ -1,6 +1,7 @@
 //! `esim-reseller admin <noun> <verb>`: each verb is one operator API call;
 //! the answer is printed as JSON and a non-2xx answer exits with status 1.
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use reqwest::Method;
 use secrecy::{ExposeSecret, SecretString};
@@ -35,6 +36,30 @@ pub enum AdminCommand {
     /// API keys.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// The plan catalogue.
+    #[command(subcommand)]
+    Plans(PlansCommand),
+    /// Destinations (countries).
+    #[command(subcommand)]
+    Destinations(DestinationsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PlansCommand {
+    /// Upsert a catalogue file: `{"destinations": [...], "plans": [...]}` or a bare array of plans.
+    Import { file: std::path::PathBuf },
+    /// Put a plan on sale.
+    Activate { plan_id: String },
+    /// Take a plan off sale (it drops out of lists; single reads show `available: false`).
+    Deactivate { plan_id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DestinationsCommand {
+    /// Withdraw a country: its plans are not found.
+    Withdraw { code: String },
+    /// Restore a withdrawn country.
+    Restore { code: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -118,10 +143,48 @@ pub enum KeyCommand {
 /// Runs one admin verb; returns the process exit code.
 pub async fn run(args: AdminArgs) -> anyhow::Result<u8> {
     let client = client_for(&args)?;
-    let (method, path, body) = request_for(args.command);
-    let (status, answer) = client.send(method, &path, body.as_ref()).await?;
-    println!("{}", serde_json::to_string_pretty(&answer)?);
-    Ok(if status.is_success() { 0 } else { 1 })
+    let requests = requests_for(args.command)?;
+    // Several requests (an import) print as one JSON array of answers.
+    let several = requests.len() > 1;
+    let mut answers = Vec::with_capacity(requests.len());
+    let mut succeeded = true;
+    for (method, path, body) in requests {
+        let (status, answer) = client.send(method, &path, body.as_ref()).await?;
+        answers.push(answer);
+        if !status.is_success() {
+            succeeded = false;
+            break;
+        }
+    }
+    let printed = if several {
+        Value::Array(answers)
+    } else {
+        answers.pop().unwrap_or(Value::Null)
+    };
+    println!("{}", serde_json::to_string_pretty(&printed)?);
+    Ok(if succeeded { 0 } else { 1 })
+}
+
+/// The requests that import a catalogue file: its destinations, then its plans.
+fn import_requests(file: &std::path::Path) -> anyhow::Result<Vec<(Method, String, Option<Value>)>> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let document: Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+    let (destinations, plans) = match document {
+        Value::Array(plans) => (None, Value::Array(plans)),
+        Value::Object(mut parts) => (
+            parts.remove("destinations"),
+            parts.remove("plans").unwrap_or(Value::Array(Vec::new())),
+        ),
+        _ => anyhow::bail!("{} holds neither an object nor an array", file.display()),
+    };
+    let mut requests = Vec::new();
+    if let Some(destinations) = destinations {
+        requests.push((Method::POST, "/destinations".to_owned(), Some(destinations)));
+    }
+    requests.push((Method::POST, "/plans".to_owned(), Some(plans)));
+    Ok(requests)
 }
 
 fn client_for(args: &AdminArgs) -> anyhow::Result<OperatorClient> {
@@ -153,8 +216,10 @@ fn put(map: &mut Map<String, Value>, key: &str, value: Option<impl Into<Value>>)
     }
 }
 
-fn request_for(command: AdminCommand) -> (Method, String, Option<Value>) {
-    match command {
+/// The operator API calls one admin verb makes, in order.
+fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<(Method, String, Option<Value>)>> {
+    Ok(vec![match command {
+        AdminCommand::Plans(PlansCommand::Import { file }) => return import_requests(&file),
         AdminCommand::Partner(PartnerCommand::Create {
             name,
             tier,
@@ -238,6 +303,26 @@ fn request_for(command: AdminCommand) -> (Method, String, Option<Value>) {
                 Some(body.into()),
             )
         }
+        AdminCommand::Plans(PlansCommand::Activate { plan_id }) => (
+            Method::PATCH,
+            format!("/plans/{plan_id}"),
+            Some(json!({ "active": true })),
+        ),
+        AdminCommand::Plans(PlansCommand::Deactivate { plan_id }) => (
+            Method::PATCH,
+            format!("/plans/{plan_id}"),
+            Some(json!({ "active": false })),
+        ),
+        AdminCommand::Destinations(DestinationsCommand::Withdraw { code }) => (
+            Method::PATCH,
+            format!("/destinations/{code}"),
+            Some(json!({ "withdrawn": true })),
+        ),
+        AdminCommand::Destinations(DestinationsCommand::Restore { code }) => (
+            Method::PATCH,
+            format!("/destinations/{code}"),
+            Some(json!({ "withdrawn": false })),
+        ),
         AdminCommand::Key(KeyCommand::Revoke { key_id }) => {
             (Method::POST, format!("/keys/{key_id}/revoke"), None)
         }
@@ -253,5 +338,5 @@ fn request_for(command: AdminCommand) -> (Method, String, Option<Value>) {
                 Some(json!({ "allowed_cidrs": list })),
             )
         }
-    }
+    }])
 }

@@ -2,6 +2,7 @@
 //! that wraps it. Same error envelope as the partner API; a bearer token from
 //! configuration, compared in constant time.
 
+mod catalogue;
 pub mod cli;
 pub mod client;
 mod keys;
@@ -35,6 +36,10 @@ pub fn routes(state: AppState) -> Router<AppState> {
         )
         .route("/partners/{id}/keys", post(keys::issue))
         .route("/keys/{id}", patch(keys::update))
+        .route("/plans", post(catalogue::upsert_plans))
+        .route("/plans/{id}", patch(catalogue::patch_plan))
+        .route("/destinations", post(catalogue::upsert_destinations))
+        .route("/destinations/{code}", patch(catalogue::patch_destination))
         .route("/keys/{id}/rotate", post(keys::rotate))
         .route("/keys/{id}/revoke", post(keys::revoke))
         .route_layer(middleware::from_fn_with_state(

@@ -3,7 +3,7 @@
 use reqwest::{Method, StatusCode, header};
 use serde_json::json;
 
-use crate::helpers::{OPERATOR_TOKEN, TestApp, assert_error, read, spawn_app};
+use crate::helpers::{OPERATOR_TOKEN, TestApp, assert_error, read, spawn_app, spawn_app_with};
 
 async fn error_of(
     app: &TestApp,
@@ -63,7 +63,7 @@ async fn a_wrong_method_is_a_405_envelope_with_allow() {
 
 #[tokio::test]
 async fn an_oversized_body_is_a_413_envelope() {
-    let app = spawn_app().await;
+    let app = spawn_app_with(&[("http.operator_body_limit_bytes", "65536")]).await;
     let huge = "x".repeat(100 * 1024);
     let request = app
         .operator(Method::POST, "/partners")
@@ -130,7 +130,7 @@ async fn unknown_and_repeated_query_parameters_are_named() {
 
 #[tokio::test]
 async fn every_kind_of_response_carries_a_request_id() {
-    let app = spawn_app().await;
+    let app = spawn_app_with(&[("http.operator_body_limit_bytes", "65536")]).await;
     let requests = vec![
         app.partner(Method::GET, "/health"),
         app.partner(Method::GET, "/missing"),

@@ -1,0 +1,584 @@
+//! The plan catalogue, held in memory and priced per caller.
+//!
+//! The whole catalogue (about a thousand plans) is a sorted in-memory
+//! snapshot, so listing, single reads, quotes and order acceptance never query
+//! the database for a plan. Operator changes through this node reload it at
+//! once; every node also checks the database's catalogue version every
+//! `catalogue.refresh_seconds` and reloads when it moved, which bounds how
+//! stale another node can be.
+
+use std::{
+    cmp::Ordering,
+    collections::HashMap,
+    sync::{Arc, Mutex, RwLock},
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use entities::{destination, plan};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{
+    domain::{
+        partner::Mode,
+        pricing::{self, Rate, Unavailable, UnitPrice},
+        time,
+    },
+    http::error::Violations,
+    store::{self, Db},
+};
+
+/// The sort key of the plan list: country code, data, duration, id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Keyset {
+    pub country_code: String,
+    pub data_amount_mb: i64,
+    pub duration_days: i32,
+    pub id: String,
+}
+
+impl Keyset {
+    pub fn of(plan: &plan::Model) -> Self {
+        Self {
+            country_code: plan.country_code.clone(),
+            data_amount_mb: plan.data_amount_mb,
+            duration_days: plan.duration_days,
+            id: plan.id.clone(),
+        }
+    }
+
+    /// The cursor form of the key.
+    pub fn to_values(&self) -> Vec<Value> {
+        vec![
+            self.country_code.clone().into(),
+            self.data_amount_mb.into(),
+            self.duration_days.into(),
+            self.id.clone().into(),
+        ]
+    }
+
+    /// Reads a key back from a verified cursor.
+    pub fn from_values(values: &[Value]) -> Option<Self> {
+        match values {
+            [country, data, duration, id] => Some(Self {
+                country_code: country.as_str()?.to_owned(),
+                data_amount_mb: data.as_i64()?,
+                duration_days: i32::try_from(duration.as_i64()?).ok()?,
+                id: id.as_str()?.to_owned(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// One immutable view of the catalogue.
+pub struct Snapshot {
+    /// The database's catalogue version this snapshot was read at.
+    pub version: i64,
+    /// Every plan, sorted by [`Keyset`].
+    plans: Vec<Arc<plan::Model>>,
+    /// Index into `plans` by id.
+    by_id: HashMap<String, usize>,
+    /// Destinations by code.
+    destinations: HashMap<String, destination::Model>,
+}
+
+/// How a plan looks to one caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// On sale at this price.
+    Sellable(UnitPrice),
+    /// Delisted by the operator.
+    Inactive,
+    /// Cannot be priced for this caller.
+    Unavailable(Unavailable),
+}
+
+/// Filters of `GET /plans`, already validated.
+#[derive(Debug, Default, Clone)]
+pub struct PlanFilter {
+    /// Upper-cased; a value that is not two letters matches nothing.
+    pub country: Option<String>,
+    /// Compared case-insensitively with the plan's region.
+    pub region: Option<String>,
+    pub plan_type: Option<String>,
+    pub min_days: Option<i64>,
+    pub max_days: Option<i64>,
+    pub min_data_mb: Option<i64>,
+    pub max_data_mb: Option<i64>,
+    pub unlimited: Option<bool>,
+    /// Exclusive.
+    pub updated_since: Option<DateTime<Utc>>,
+}
+
+impl PlanFilter {
+    fn matches(&self, plan: &plan::Model) -> bool {
+        let within = |value: i64, min: Option<i64>, max: Option<i64>| {
+            min.is_none_or(|m| value >= m) && max.is_none_or(|m| value <= m)
+        };
+        self.country
+            .as_ref()
+            .is_none_or(|c| plan.country_code == *c)
+            && self.region.as_ref().is_none_or(|r| {
+                plan.region
+                    .as_deref()
+                    .is_some_and(|pr| pr.eq_ignore_ascii_case(r))
+            })
+            && self.plan_type.as_ref().is_none_or(|t| plan.plan_type == *t)
+            && within(i64::from(plan.duration_days), self.min_days, self.max_days)
+            && within(plan.data_amount_mb, self.min_data_mb, self.max_data_mb)
+            && self.unlimited.is_none_or(|u| plan.unlimited == u)
+            && self
+                .updated_since
+                .is_none_or(|since| plan.updated_at > since)
+    }
+}
+
+impl Snapshot {
+    fn new(rows: store::catalogue::CatalogueRows) -> Self {
+        let mut plans: Vec<Arc<plan::Model>> = rows.plans.into_iter().map(Arc::new).collect();
+        plans.sort_by_key(|p| Keyset::of(p));
+        let by_id = plans
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.id.clone(), i))
+            .collect();
+        let destinations = rows
+            .destinations
+            .into_iter()
+            .map(|d| (d.code.clone(), d))
+            .collect();
+        Self {
+            version: rows.version,
+            plans,
+            by_id,
+            destinations,
+        }
+    }
+
+    /// A plan the caller may see: not a sandbox fixture for a live key, not in
+    /// a withdrawn destination. Inactive plans are returned (single reads show them).
+    pub fn visible(&self, id: &str, mode: Mode) -> Option<&Arc<plan::Model>> {
+        let plan = &self.plans[*self.by_id.get(id)?];
+        self.is_visible(plan, mode).then_some(plan)
+    }
+
+    fn is_visible(&self, plan: &plan::Model, mode: Mode) -> bool {
+        if plan.sandbox_only && mode != Mode::Sandbox {
+            return false;
+        }
+        plan.country_code.is_empty()
+            || self
+                .destinations
+                .get(&plan.country_code)
+                .is_some_and(|d| !d.withdrawn)
+    }
+
+    /// How a visible plan stands for a caller at `rate`.
+    pub fn standing(plan: &plan::Model, rate: &Rate) -> Standing {
+        if !plan.active {
+            return Standing::Inactive;
+        }
+        match pricing::unit_price(
+            plan.list_price_cents,
+            plan.cost_floor_cents,
+            rate.discount_bps,
+        ) {
+            Ok(price) => Standing::Sellable(price),
+            Err(reason) => Standing::Unavailable(reason),
+        }
+    }
+
+    /// One page of the plans a caller can buy, after `after`, in keyset order.
+    pub fn page(
+        &self,
+        filter: &PlanFilter,
+        mode: Mode,
+        rate: &Rate,
+        after: Option<&Keyset>,
+        limit: usize,
+    ) -> (Vec<(Arc<plan::Model>, UnitPrice)>, bool) {
+        let start = match after {
+            Some(key) => self
+                .plans
+                .partition_point(|p| Keyset::of(p).cmp(key) != Ordering::Greater),
+            None => 0,
+        };
+        let mut page = Vec::with_capacity(limit.min(64));
+        let mut has_more = false;
+        for plan in &self.plans[start..] {
+            if !self.is_visible(plan, mode) || !filter.matches(plan) {
+                continue;
+            }
+            let Standing::Sellable(price) = Self::standing(plan, rate) else {
+                continue;
+            };
+            if page.len() == limit {
+                has_more = true;
+                break;
+            }
+            page.push((plan.clone(), price));
+        }
+        (page, has_more)
+    }
+
+    /// Countries with at least one plan the caller can buy, for `rate`.
+    fn destinations_for(&self, rate: &Rate) -> Vec<DestinationView> {
+        let mut summary: HashMap<&str, (i64, i64)> = HashMap::new();
+        for plan in &self.plans {
+            if plan.country_code.is_empty() || !self.is_visible(plan, Mode::Live) {
+                continue;
+            }
+            if let Standing::Sellable(price) = Self::standing(plan, rate) {
+                let entry = summary
+                    .entry(plan.country_code.as_str())
+                    .or_insert((0, i64::MAX));
+                entry.0 += 1;
+                entry.1 = entry.1.min(price.unit_cents);
+            }
+        }
+        let mut views: Vec<DestinationView> = summary
+            .into_iter()
+            .filter_map(|(code, (count, from))| {
+                let destination = self.destinations.get(code)?;
+                Some(DestinationView {
+                    code: destination.code.clone(),
+                    name: destination.name.clone(),
+                    region: destination.region.clone(),
+                    plan_count: count,
+                    from_price_cents: from,
+                })
+            })
+            .collect();
+        views.sort_by(|a, b| a.code.cmp(&b.code));
+        views
+    }
+}
+
+/// The Destination resource.
+#[derive(Debug, Clone, Serialize)]
+pub struct DestinationView {
+    pub code: String,
+    pub name: String,
+    pub region: String,
+    pub plan_count: i64,
+    pub from_price_cents: i64,
+}
+
+/// The catalogue service shared by handlers and actors.
+pub struct Catalogue {
+    db: Db,
+    snapshot: RwLock<Arc<Snapshot>>,
+    destinations: Mutex<HashMap<Rate, (Instant, Arc<Vec<DestinationView>>)>>,
+    destinations_ttl: Duration,
+}
+
+impl Catalogue {
+    /// Loads the catalogue from the database.
+    pub async fn load(db: Db, destinations_ttl: Duration) -> Result<Self, sea_orm::DbErr> {
+        let snapshot = Snapshot::new(store::catalogue::load_all(&db).await?);
+        Ok(Self {
+            db,
+            snapshot: RwLock::new(Arc::new(snapshot)),
+            destinations: Mutex::new(HashMap::new()),
+            destinations_ttl,
+        })
+    }
+
+    /// The current snapshot (cheap: one `Arc` clone).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        // Readers and the writer only swap an Arc under the lock; nothing panics there.
+        self.snapshot
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Re-reads the whole catalogue.
+    pub async fn reload(&self) -> Result<(), sea_orm::DbErr> {
+        let fresh = Arc::new(Snapshot::new(store::catalogue::load_all(&self.db).await?));
+        tracing::info!(
+            version = fresh.version,
+            plans = fresh.plans.len(),
+            "catalogue loaded"
+        );
+        *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        Ok(())
+    }
+
+    /// Reloads when another node changed the catalogue.
+    pub async fn refresh_if_changed(&self) -> Result<(), sea_orm::DbErr> {
+        if store::catalogue::version(&self.db).await? != self.snapshot().version {
+            self.reload().await?;
+        }
+        Ok(())
+    }
+
+    /// Destinations for a rate, cached for `destinations_ttl` and shared by
+    /// every partner on the same rate.
+    pub fn destinations_for(&self, rate: &Rate) -> Arc<Vec<DestinationView>> {
+        let mut cache = self.destinations.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, views)) = cache.get(rate)
+            && at.elapsed() < self.destinations_ttl
+        {
+            return views.clone();
+        }
+        let views = Arc::new(self.snapshot().destinations_for(rate));
+        cache.insert(rate.clone(), (Instant::now(), views.clone()));
+        views
+    }
+}
+
+/// A destination as the operator loads it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DestinationInput {
+    pub code: String,
+    pub name: String,
+    pub region: String,
+}
+
+/// A plan as the operator loads it: the Plan resource's catalogue fields
+/// plus `cost_floor_cents`, `active` and `sandbox_only`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanInput {
+    pub id: String,
+    pub name: String,
+    pub country_code: Option<String>,
+    pub region: Option<String>,
+    pub global: bool,
+    pub plan_type: String,
+    pub data_amount_mb: i64,
+    pub daily_allowance_mb: Option<i64>,
+    pub fup_speed: Option<String>,
+    pub unlimited: bool,
+    pub duration_days: i32,
+    pub voice_minutes: Option<i32>,
+    pub sms_count: Option<i32>,
+    pub coverage_types: Vec<String>,
+    pub speed: String,
+    pub networks: Option<Vec<String>>,
+    pub requires_kyc: Option<bool>,
+    pub list_price_cents: i64,
+    pub cost_floor_cents: i64,
+    pub active: bool,
+    #[serde(default)]
+    pub sandbox_only: bool,
+}
+
+/// The seed and import file: destinations and plans.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogueFile {
+    pub destinations: Vec<DestinationInput>,
+    pub plans: Vec<PlanInput>,
+}
+
+/// Checks a destination; `at` prefixes the parameter names (`[3].code`).
+pub fn destination_row(
+    input: DestinationInput,
+    at: &str,
+    now: DateTime<Utc>,
+    v: &mut Violations,
+) -> destination::Model {
+    let code = input.code.to_ascii_uppercase();
+    v.check(
+        code.len() != 2 || !code.bytes().all(|b| b.is_ascii_uppercase()),
+        &format!("{at}code"),
+        "must be an ISO 3166-1 alpha-2 code",
+    );
+    v.check(
+        input.name.trim().is_empty() || input.name.len() > 100,
+        &format!("{at}name"),
+        "must be 1 to 100 characters",
+    );
+    v.check(
+        !is_slug(&input.region),
+        &format!("{at}region"),
+        "must be a lowercase slug of at most 64 characters",
+    );
+    destination::Model {
+        code,
+        name: input.name.trim().to_owned(),
+        region: input.region,
+        withdrawn: false,
+        updated_at: now,
+    }
+}
+
+/// Checks a plan against the known destination codes; `at` prefixes the
+/// parameter names.
+pub fn plan_row(
+    input: PlanInput,
+    at: &str,
+    known_countries: &dyn Fn(&str) -> bool,
+    now: DateTime<Utc>,
+    v: &mut Violations,
+) -> plan::Model {
+    let param = |name: &str| format!("{at}{name}");
+    let id_ok = input.id.len() <= 64
+        && input.id.strip_prefix("pl_").is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        });
+    v.check(
+        !id_ok,
+        &param("id"),
+        "must begin with `pl_`, use letters, digits, `_` or `-`, and be at most 64 characters",
+    );
+    v.check(
+        input.name.trim().is_empty() || input.name.len() > 200,
+        &param("name"),
+        "must be 1 to 200 characters",
+    );
+    let country = input
+        .country_code
+        .as_deref()
+        .map(str::to_ascii_uppercase)
+        .unwrap_or_default();
+    v.check(
+        !country.is_empty() && !known_countries(&country),
+        &param("country_code"),
+        "must be a known destination code (load destinations first)",
+    );
+    v.check(
+        input.region.as_deref().is_some_and(|r| !is_slug(r)),
+        &param("region"),
+        "must be a lowercase slug of at most 64 characters",
+    );
+    v.check(
+        input.plan_type != "fixed" && input.plan_type != "daily",
+        &param("plan_type"),
+        "must be fixed or daily",
+    );
+    v.check(
+        input.plan_type == "daily" && input.daily_allowance_mb.is_none(),
+        &param("daily_allowance_mb"),
+        "is required for a daily plan",
+    );
+    v.check(
+        input.data_amount_mb < 0,
+        &param("data_amount_mb"),
+        "must not be negative",
+    );
+    v.check(
+        input.daily_allowance_mb.is_some_and(|d| d < 0),
+        &param("daily_allowance_mb"),
+        "must not be negative",
+    );
+    v.check(
+        input.duration_days < 1,
+        &param("duration_days"),
+        "must be at least 1",
+    );
+    v.check(
+        input.voice_minutes.is_some_and(|m| m < 0),
+        &param("voice_minutes"),
+        "must not be negative",
+    );
+    v.check(
+        input.sms_count.is_some_and(|m| m < 0),
+        &param("sms_count"),
+        "must not be negative",
+    );
+    v.check(
+        input.list_price_cents < 0,
+        &param("list_price_cents"),
+        "must not be negative",
+    );
+    v.check(
+        input.cost_floor_cents < 0,
+        &param("cost_floor_cents"),
+        "must not be negative",
+    );
+    v.check(
+        input.speed.len() > 32,
+        &param("speed"),
+        "must be at most 32 characters",
+    );
+    v.check(
+        input.fup_speed.as_deref().is_some_and(|s| s.len() > 32),
+        &param("fup_speed"),
+        "must be at most 32 characters",
+    );
+    plan::Model {
+        id: input.id,
+        name: input.name.trim().to_owned(),
+        country_code: country,
+        region: input.region,
+        global: input.global,
+        plan_type: input.plan_type,
+        data_amount_mb: input.data_amount_mb,
+        daily_allowance_mb: input.daily_allowance_mb,
+        fup_speed: input.fup_speed,
+        unlimited: input.unlimited,
+        duration_days: input.duration_days,
+        voice_minutes: input.voice_minutes,
+        sms_count: input.sms_count,
+        coverage_types: serde_json::json!(input.coverage_types),
+        speed: input.speed,
+        networks: input.networks.map(|n| serde_json::json!(n)),
+        requires_kyc: input.requires_kyc,
+        list_price_cents: input.list_price_cents,
+        cost_floor_cents: input.cost_floor_cents,
+        active: input.active,
+        sandbox_only: input.sandbox_only,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+fn is_slug(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= 64
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// The seed catalogue shipped with the service.
+const SEED: &str = include_str!("../config/catalogue.json");
+
+/// Loads the shipped catalogue into an empty database (first start).
+pub async fn seed_if_empty(db: &Db) -> anyhow::Result<()> {
+    if !store::catalogue::is_empty(db).await? {
+        return Ok(());
+    }
+    let file: CatalogueFile = serde_json::from_str(SEED)?;
+    let now = time::now();
+    let mut v = Violations::default();
+    let destinations: Vec<destination::Model> = file
+        .destinations
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| destination_row(d, &format!("destinations[{i}]."), now, &mut v))
+        .collect();
+    let codes: std::collections::HashSet<String> =
+        destinations.iter().map(|d| d.code.clone()).collect();
+    let known = |code: &str| codes.contains(code);
+    let plans: Vec<plan::Model> = file
+        .plans
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| plan_row(p, &format!("plans[{i}]."), &known, now, &mut v))
+        .collect();
+    if let Err(err) = v.into_result() {
+        anyhow::bail!("the seed catalogue is invalid: {}", err.extras["details"]);
+    }
+    let (destination_count, plan_count) = (destinations.len(), plans.len());
+    let txn = store::begin_write(db).await?;
+    store::catalogue::upsert_destinations(&txn, destinations).await?;
+    store::catalogue::upsert_plans(&txn, plans).await?;
+    store::catalogue::bump_version(&txn).await?;
+    txn.commit().await?;
+    tracing::info!(
+        destinations = destination_count,
+        plans = plan_count,
+        "seed catalogue loaded"
+    );
+    Ok(())
+}
