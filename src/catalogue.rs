@@ -266,11 +266,14 @@ pub struct DestinationView {
     pub from_price_cents: i64,
 }
 
+/// Destinations for one rate and when they were computed.
+type CachedDestinations = (Instant, Arc<Vec<DestinationView>>);
+
 /// The catalogue service shared by handlers and actors.
 pub struct Catalogue {
     db: Db,
     snapshot: RwLock<Arc<Snapshot>>,
-    destinations: Mutex<HashMap<Rate, (Instant, Arc<Vec<DestinationView>>)>>,
+    destinations: Mutex<HashMap<Rate, CachedDestinations>>,
     destinations_ttl: Duration,
 }
 
