@@ -20,9 +20,16 @@ use tower_http::{catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer};
 
 use ipnet::IpNet;
 
+use ractor::{Actor, ActorRef};
 use secrecy::ExposeSecret;
 
 use crate::{
+    actors::{
+        accounts::Accounts,
+        provisioning::ProvisioningArgs,
+        reconciler::ReconcilerArgs,
+        services::{ServicesArgs, ServicesMsg, ServicesSupervisor},
+    },
     auth::KeyDirectory,
     catalogue::{self, Catalogue},
     config::{SANDBOX_BAND, Settings, TierSettings},
@@ -36,7 +43,9 @@ use crate::{
     },
     limits::Limiter,
     operator, simulators,
+    simulators::supplier::{Faults, SupplierSim},
     store::{self, Db},
+    supplier::{Supplier, esim_access::EsimAccessClient, sandbox::SandboxSupplier},
 };
 
 /// State shared by every handler.
@@ -75,6 +84,19 @@ pub struct Shared {
     pub catalogue: Catalogue,
     /// Signs and verifies pagination cursors.
     pub cursors: CursorCodec,
+    /// The account actors.
+    pub accounts: Accounts,
+    /// Suppliers of live and sandbox orders.
+    pub suppliers: Suppliers,
+    /// Whether the operator may inject actor failures.
+    pub fault_injection: bool,
+}
+
+/// The supplier of each mode.
+#[derive(Clone)]
+pub struct Suppliers {
+    pub live: Arc<dyn Supplier>,
+    pub sandbox: Arc<dyn Supplier>,
 }
 
 impl Deref for AppState {
@@ -97,6 +119,8 @@ pub struct Application {
     operator_addr: SocketAddr,
     simulators: Option<TcpListener>,
     simulators_addr: Option<SocketAddr>,
+    supplier_sim: Arc<SupplierSim>,
+    services: Option<ActorRef<ServicesMsg>>,
 }
 
 impl Application {
@@ -130,6 +154,56 @@ impl Application {
             Some(url) => url.trim_end_matches('/').into(),
             None => format!("http://{public_addr}/docs").into(),
         };
+        let supplier_sim = SupplierSim::new(
+            settings.supplier.access_code.expose_secret(),
+            settings.supplier.secret.expose_secret(),
+            Faults {
+                latency_ms: settings.simulators.supplier_latency_ms,
+                fail_rate: settings.simulators.supplier_fail_rate,
+                ..Faults::default()
+            },
+        );
+        let suppliers = build_suppliers(&settings, simulators_addr)?;
+        let accounts = Accounts::start(
+            db.clone(),
+            Duration::from_secs(settings.accounts.idle_seconds),
+        )
+        .await?;
+        let services = if settings.provisioning.enabled {
+            let provisioning = ProvisioningArgs {
+                db: db.clone(),
+                accounts: accounts.clone(),
+                live: suppliers.live.clone(),
+                sandbox: suppliers.sandbox.clone(),
+                concurrency: settings.provisioning.concurrency,
+                unit_concurrency: settings.provisioning.unit_concurrency,
+                max_attempts: settings.supplier.max_attempts,
+                retry_backoff: Duration::from_millis(settings.supplier.retry_backoff_ms),
+                poll_interval: Duration::from_millis(settings.supplier.poll_interval_ms),
+                deadline: Duration::from_secs(settings.supplier.deadline_seconds),
+                lease: Duration::from_secs(settings.provisioning.lease_seconds),
+            };
+            let reconciler = ReconcilerArgs {
+                db: db.clone(),
+                accounts: accounts.clone(),
+                interval: Duration::from_secs(settings.reconciler.interval_seconds),
+                grace: Duration::from_secs(settings.reconciler.grace_seconds),
+            };
+            let (services, _) = Actor::spawn(
+                None,
+                ServicesSupervisor,
+                ServicesArgs {
+                    accounts: accounts.clone(),
+                    provisioning,
+                    reconciler,
+                },
+            )
+            .await?;
+            Some(services)
+        } else {
+            tracing::info!("provisioning is off on this node");
+            None
+        };
         let limiter = Limiter::connect(&settings.rate_limit).await?;
         let bands = settings.rate_limit.bands;
         let fallback_band = *bands
@@ -148,6 +222,9 @@ impl Application {
                 limit: settings.rate_limit.failed_auth_limit,
                 window_seconds: settings.rate_limit.failed_auth_window_seconds,
             },
+            accounts,
+            suppliers,
+            fault_injection: settings.operator.fault_injection,
             catalogue,
             cursors: CursorCodec::new(settings.cursor.secret.expose_secret().as_bytes()),
             db,
@@ -169,6 +246,8 @@ impl Application {
             operator_addr,
             simulators,
             simulators_addr,
+            supplier_sim,
+            services,
         })
     }
 
@@ -238,7 +317,11 @@ impl Application {
                 Some(listener) => {
                     serve(
                         listener,
-                        finish(simulators::routes(), &envelope_ctx, self.body_limit),
+                        finish(
+                            simulators::routes(self.supplier_sim.clone()),
+                            &envelope_ctx,
+                            self.operator_body_limit,
+                        ),
                         stop.clone(),
                     )
                     .await
@@ -249,10 +332,41 @@ impl Application {
         let served = tokio::try_join!(public, operator, simulators);
         stop.cancel();
         let _ = refresher.await;
+        if let Some(services) = &self.services {
+            services.stop(Some("shutdown".into()));
+        }
+        self.state.accounts.drain_all();
         self.state.db.close_by_ref().await.ok();
         tracing::info!("stopped");
         served.map(|_| ())
     }
+}
+
+/// The live supplier (the configured API, or the simulator on this node) and
+/// the in-process sandbox supplier.
+fn build_suppliers(
+    settings: &Settings,
+    simulators_addr: Option<SocketAddr>,
+) -> anyhow::Result<Suppliers> {
+    let base_url = match (&settings.supplier.base_url, simulators_addr) {
+        (Some(url), _) => url.clone(),
+        (None, Some(addr)) => format!("http://{addr}"),
+        (None, None) => {
+            anyhow::bail!("`supplier.base_url` is required when the simulators are off")
+        }
+    };
+    let live = EsimAccessClient::new(
+        &base_url,
+        settings.supplier.access_code.clone(),
+        settings.supplier.secret.clone(),
+        Duration::from_millis(settings.supplier.timeout_ms),
+    )?;
+    Ok(Suppliers {
+        live: Arc::new(live),
+        sandbox: Arc::new(SandboxSupplier::new(Duration::from_millis(
+            settings.sandbox.slow_provisioning_ms,
+        ))),
+    })
 }
 
 /// Notices catalogue changes made through other nodes.

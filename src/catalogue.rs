@@ -411,6 +411,10 @@ pub fn destination_row(
     }
 }
 
+/// Largest list price or cost floor a plan may carry: keeps the pricing
+/// arithmetic (cents × basis points) far from overflowing.
+pub const MAX_PRICE_CENTS: i64 = 100_000_000;
+
 /// Checks a plan against the known destination codes; `at` prefixes the
 /// parameter names.
 pub fn plan_row(
@@ -489,14 +493,14 @@ pub fn plan_row(
         "must not be negative",
     );
     v.check(
-        input.list_price_cents < 0,
+        !(0..=MAX_PRICE_CENTS).contains(&input.list_price_cents),
         &param("list_price_cents"),
-        "must not be negative",
+        "must be from 0 to 100000000 ($1,000,000)",
     );
     v.check(
-        input.cost_floor_cents < 0,
+        !(0..=MAX_PRICE_CENTS).contains(&input.cost_floor_cents),
         &param("cost_floor_cents"),
-        "must not be negative",
+        "must be from 0 to 100000000 ($1,000,000)",
     );
     v.check(
         input.speed.len() > 32,

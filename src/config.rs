@@ -56,6 +56,10 @@ pub struct Settings {
     pub auth: AuthSettings,
     /// The plan catalogue.
     pub catalogue: CatalogueSettings,
+    /// Provisioning workers.
+    pub provisioning: ProvisioningSettings,
+    /// Account actors.
+    pub accounts: AccountsSettings,
 }
 
 /// `[catalogue]`
@@ -124,6 +128,8 @@ pub struct HttpSettings {
 pub struct OperatorSettings {
     /// Bearer token of the operator API.
     pub token: SecretString,
+    /// Enables the actor fault-injection route.
+    pub fault_injection: bool,
 }
 
 /// `[cursor]`
@@ -162,6 +168,10 @@ pub struct SimulatorSettings {
     pub enabled: bool,
     /// Their listener.
     pub addr: SocketAddr,
+    /// Allocation latency of the simulated supplier at start.
+    pub supplier_latency_ms: u64,
+    /// Share of simulated supplier calls failing with HTTP 500 at start.
+    pub supplier_fail_rate: f64,
 }
 
 /// `[supplier]`
@@ -177,6 +187,36 @@ pub struct SupplierSettings {
     pub secret: SecretString,
     /// Per-request time-out.
     pub timeout_ms: u64,
+    /// Placements of one unit before it is refunded as `internal_error`.
+    pub max_attempts: i32,
+    /// Pause before the n-th placement retry: n times this.
+    pub retry_backoff_ms: u64,
+    /// Pause between allocation polls.
+    pub poll_interval_ms: u64,
+    /// Longest a unit may take to allocate.
+    pub deadline_seconds: u64,
+}
+
+/// `[provisioning]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvisioningSettings {
+    /// Whether this node provisions.
+    pub enabled: bool,
+    /// Orders provisioned at once.
+    pub concurrency: usize,
+    /// Units of one order provisioned at once.
+    pub unit_concurrency: usize,
+    /// How long a worker holds an order.
+    pub lease_seconds: u64,
+}
+
+/// `[accounts]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountsSettings {
+    /// Idle time before an account actor is passivated.
+    pub idle_seconds: u64,
 }
 
 /// `[payments]`
@@ -202,6 +242,8 @@ pub struct PaymentSettings {
 pub struct ReconcilerSettings {
     /// Seconds between passes.
     pub interval_seconds: u64,
+    /// Orders younger than this are left alone.
+    pub grace_seconds: u64,
 }
 
 /// Where rate-limit windows are counted.
@@ -237,6 +279,8 @@ pub struct RateLimitSettings {
 pub struct SandboxSettings {
     /// What a new sandbox float holds, in cents.
     pub initial_float_cents: i64,
+    /// How long the slow fixture takes to provision.
+    pub slow_provisioning_ms: u64,
 }
 
 /// Where configuration files are read from, and which overrides apply on top.
@@ -339,6 +383,17 @@ impl Settings {
         }
         if self.catalogue.refresh_seconds == 0 {
             bail!("invalid configuration: `catalogue.refresh_seconds` must be above 0");
+        }
+        if self.supplier.base_url.is_none() && !self.simulators.enabled {
+            bail!(
+                "invalid configuration: `supplier.base_url` is required when `simulators.enabled` is false"
+            );
+        }
+        if self.supplier.max_attempts < 1 {
+            bail!("invalid configuration: `supplier.max_attempts` must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.simulators.supplier_fail_rate) {
+            bail!("invalid configuration: `simulators.supplier_fail_rate` must be from 0 to 1");
         }
         if self.reconciler.interval_seconds == 0 {
             bail!("invalid configuration: `reconciler.interval_seconds` must be above 0");

@@ -13,6 +13,10 @@
 //!   the one error type and its stable vocabulary; [`http::envelope`] gives
 //!   every response a request id and every error the spec's envelope;
 //!   [`http::extract`] refuses unknown parameters and fields.
+//! - [`actors`]: ractor actors: an account actor per partner (the only
+//!   writer of its floats), their supervising directory, provisioning and the
+//!   reconciler.
+//! - [`supplier`]: the eSIM supplier trait, its HTTP adapter and the sandbox supplier.
 //! - [`operator`]: the operator API on its own listener, and the `admin` CLI
 //!   that wraps it.
 //! - [`auth`]: key lookups with a short per-node cache; [`limits`]: the
@@ -27,6 +31,7 @@
 //! - [`docs`]: reference pages, so every `doc_url` resolves.
 //! - [`telemetry`]: log output (`pretty` or `json`).
 
+pub mod actors;
 pub mod app;
 pub mod auth;
 pub mod catalogue;
@@ -38,6 +43,7 @@ pub mod limits;
 pub mod operator;
 pub mod simulators;
 pub mod store;
+pub mod supplier;
 pub mod telemetry;
 
 /// Installs ring as the process's TLS crypto provider (reqwest is built

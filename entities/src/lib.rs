@@ -7,6 +7,11 @@
 pub mod api_key;
 pub mod catalogue_version;
 pub mod destination;
+pub mod esim;
 pub mod float;
+pub mod idempotency_key;
+pub mod ledger_entry;
+pub mod order;
+pub mod order_unit;
 pub mod partner;
 pub mod plan;

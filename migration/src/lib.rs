@@ -6,6 +6,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_accounts;
 mod m20261122_000002_catalogue;
+mod m20261122_000003_orders;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -16,6 +17,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261122_000001_accounts::Migration),
             Box::new(m20261122_000002_catalogue::Migration),
+            Box::new(m20261122_000003_orders::Migration),
         ]
     }
 }

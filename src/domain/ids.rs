@@ -104,6 +104,19 @@ prefixed_id!(
     KeyId, "pk_"
 );
 
+prefixed_id!(
+    /// An order.
+    OrderId, "po_"
+);
+prefixed_id!(
+    /// A ledger entry.
+    LedgerEntryId, "led_"
+);
+prefixed_id!(
+    /// A deposit.
+    DepositId, "dep_"
+);
+
 /// A request id, echoed in `X-Request-Id` and `error.request_id`.
 pub fn new_request_id() -> String {
     format!("req_{}", new_suffix())

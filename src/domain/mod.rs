@@ -3,8 +3,11 @@
 
 pub mod api_key;
 pub mod cursor;
+pub mod esim;
+pub mod idempotency;
 pub mod ids;
 pub mod net;
+pub mod order;
 pub mod partner;
 pub mod pricing;
 pub mod rate;

@@ -41,6 +41,9 @@ pub struct Caller {
     pub record: Arc<KeyRecord>,
     /// The key's mode: the only thing that decides live or sandbox.
     pub mode: Mode,
+    /// The account's verdict on this key; always `Ok` unless the route gates
+    /// in its handler (`POST /orders`, where a refusal binds the key).
+    pub gate: Result<(), ApiError>,
 }
 
 impl Caller {
@@ -59,6 +62,8 @@ pub struct AuthLayer {
     pub app: AppState,
     /// The rate class of the routes behind this layer.
     pub class: RateClass,
+    /// Leave the account's refusal to the handler instead of answering it here.
+    pub defer_gating: bool,
 }
 
 /// The middleware. See the module documentation for the order of checks.
@@ -100,12 +105,19 @@ pub async fn authenticate(
         .await;
     let response = if !counted.allowed {
         window_exceeded(layer.class, &counted).into_response()
-    } else if let Err(error) = check_account(&record) {
-        error.into_response()
     } else {
-        let mode = record.mode;
-        request.extensions_mut().insert(Caller { record, mode });
-        next.run(request).await
+        match check_account(&record) {
+            Err(error) if !layer.defer_gating || error.code == ErrorCode::InternalError => {
+                error.into_response()
+            }
+            gate => {
+                let mode = record.mode;
+                request
+                    .extensions_mut()
+                    .insert(Caller { record, mode, gate });
+                next.run(request).await
+            }
+        }
     };
     with_rate_headers(response, &counted)
 }

@@ -105,6 +105,11 @@ impl ErrorCode {
         }
     }
 
+    /// The code with this wire name.
+    pub fn from_wire(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == code)
+    }
+
     /// The HTTP status the spec gives the code.
     pub fn status(self) -> StatusCode {
         use ErrorCode::*;
@@ -401,6 +406,23 @@ impl ApiError {
     /// A 413 in the spec's envelope.
     pub fn body_too_large() -> Self {
         Self::from_bare_status(StatusCode::PAYLOAD_TOO_LARGE)
+    }
+
+    /// What a binding refusal stores to replay later: code, message, param, extras.
+    pub fn to_stored(&self) -> serde_json::Value {
+        serde_json::json!({ "code": self.code.as_str(), "message": self.message, "param": self.param, "extras": self.extras })
+    }
+
+    /// Rebuilds a stored refusal.
+    pub fn from_stored(stored: &serde_json::Value) -> Option<Self> {
+        let code = ErrorCode::from_wire(stored["code"].as_str()?)?;
+        let mut error = Self::new(code)
+            .with_message(stored["message"].as_str().unwrap_or(code.default_message()));
+        error.param = stored["param"].as_str().map(str::to_owned);
+        if let Some(extras) = stored["extras"].as_object() {
+            error.extras = extras.clone();
+        }
+        Some(error)
     }
 
     /// The status the response carries.

@@ -5,13 +5,18 @@
 pub mod auth;
 pub mod envelope;
 pub mod error;
+pub mod esims;
 pub mod extract;
 pub mod health;
 pub mod me;
+pub mod orders;
 pub mod pagination;
 pub mod plans;
 
-use axum::{Router, middleware, routing::get};
+use axum::{
+    Router, middleware,
+    routing::{get, post},
+};
 
 use crate::{app::AppState, domain::rate::RateClass};
 
@@ -23,18 +28,40 @@ pub fn partner_routes(state: &AppState) -> Router<AppState> {
         .route("/balance", get(me::balance))
         .route("/plans/{id}", get(plans::show))
         .route("/plans/{id}/price", get(plans::price))
-        .route("/destinations", get(plans::destinations));
+        .route("/destinations", get(plans::destinations))
+        .route("/orders/{id}", get(orders::show))
+        .route("/esims", get(esims::list))
+        .route("/esims/{iccid}", get(esims::show))
+        .route("/esims/{iccid}/install", get(esims::install))
+        .route("/esims/{iccid}/usage", get(esims::usage));
     let catalogue = Router::new().route("/plans", get(plans::list));
+    let list_orders = Router::new().route("/orders", get(orders::list));
+    // POST /orders gates in the handler: a gating refusal binds the Idempotency-Key.
+    let write_orders = Router::new().route("/orders", post(orders::create));
     Router::new()
         .route("/health", get(health::health))
-        .merge(behind_auth(read, state, RateClass::Read))
-        .merge(behind_auth(catalogue, state, RateClass::Catalogue))
+        .merge(behind_auth(read, state, RateClass::Read, false))
+        .merge(behind_auth(catalogue, state, RateClass::Catalogue, false))
+        .merge(
+            behind_auth(list_orders, state, RateClass::Read, false).merge(behind_auth(
+                write_orders,
+                state,
+                RateClass::Write,
+                true,
+            )),
+        )
 }
 
-fn behind_auth(routes: Router<AppState>, state: &AppState, class: RateClass) -> Router<AppState> {
+fn behind_auth(
+    routes: Router<AppState>,
+    state: &AppState,
+    class: RateClass,
+    defer_gating: bool,
+) -> Router<AppState> {
     let layer = auth::AuthLayer {
         app: state.clone(),
         class,
+        defer_gating,
     };
     routes.route_layer(middleware::from_fn_with_state(layer, auth::authenticate))
 }

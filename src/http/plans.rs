@@ -146,7 +146,7 @@ impl PlansQuery {
         v.check(
             self.region
                 .as_ref()
-                .is_some_and(|r| r.is_empty() || r.len() > 64),
+                .is_some_and(|r| r.is_empty() || r.chars().count() > 64),
             "region",
             "must be 1 to 64 characters",
         );

@@ -42,6 +42,8 @@ pub enum AdminCommand {
     /// Destinations (countries).
     #[command(subcommand)]
     Destinations(DestinationsCommand),
+    /// The live actors: kind, partner, mailbox length, restarts.
+    Actors,
 }
 
 #[derive(Debug, Subcommand)]
@@ -323,6 +325,7 @@ fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<(Method, String, Op
             format!("/destinations/{code}"),
             Some(json!({ "withdrawn": false })),
         ),
+        AdminCommand::Actors => (Method::GET, "/actors".to_owned(), None),
         AdminCommand::Key(KeyCommand::Revoke { key_id }) => {
             (Method::POST, format!("/keys/{key_id}/revoke"), None)
         }

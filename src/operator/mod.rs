@@ -2,6 +2,7 @@
 //! that wraps it. Same error envelope as the partner API; a bearer token from
 //! configuration, compared in constant time.
 
+mod actors;
 mod catalogue;
 pub mod cli;
 pub mod client;
@@ -36,6 +37,8 @@ pub fn routes(state: AppState) -> Router<AppState> {
         )
         .route("/partners/{id}/keys", post(keys::issue))
         .route("/keys/{id}", patch(keys::update))
+        .route("/actors", get(actors::list))
+        .route("/actors/{partner_id}/fail", post(actors::fail))
         .route("/plans", post(catalogue::upsert_plans))
         .route("/plans/{id}", patch(catalogue::patch_plan))
         .route("/destinations", post(catalogue::upsert_destinations))

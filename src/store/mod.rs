@@ -6,7 +6,9 @@
 //! upgrade and SQLite never answers `SQLITE_BUSY` mid-transaction.
 
 pub mod catalogue;
+pub mod esims;
 pub mod keys;
+pub mod orders;
 pub mod partners;
 
 use std::{path::Path, str::FromStr, time::Duration};

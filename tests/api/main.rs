@@ -3,6 +3,7 @@
 //! spoken to over HTTP.
 
 mod auth;
+mod catalogue;
 mod envelope;
 mod health;
 mod helpers;

@@ -1,0 +1,28 @@
+//! What an Idempotency-Key is bound to: an order, or a binding refusal.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "idempotency_keys")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub partner_id: String,
+    /// The trimmed key.
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub key: String,
+    /// The mode that used it first.
+    pub mode: String,
+    /// SHA-256 of the canonical request body.
+    pub fingerprint: String,
+    /// Set when the key made an order.
+    pub order_id: Option<String>,
+    /// Set when the key is bound to a refusal (402, 403).
+    pub error_status: Option<i32>,
+    pub error_body: Option<Json>,
+    pub created_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,26 @@
+//! A child order: one unit of an order, provisioned on its own.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "order_units")]
+pub struct Model {
+    /// `<order id>_<n>`; also the supplier transaction id, so a retry never buys twice.
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub order_id: String,
+    /// 1-based.
+    pub unit_index: i32,
+    /// `pending`, `delivered` or `refunded`.
+    pub status: String,
+    /// The supplier's order number once placed.
+    pub supplier_order_no: Option<String>,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

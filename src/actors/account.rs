@@ -1,0 +1,433 @@
+//! `AccountActor`: one per partner; the only writer of that partner's floats.
+//!
+//! A message that moves money is decided against the in-memory balances and
+//! committed to the database before it is answered, so no 202 is ever sent
+//! for money that is not committed. The database keeps the last word: the
+//! debit is conditional, an idempotency key is unique per partner, and when a
+//! guard fires (another node moved the money) the actor reloads and decides
+//! again.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use entities::{idempotency_key, order};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::Value;
+
+use super::provisioning::ProvisioningMsg;
+use crate::{
+    domain::{order::FailureCode, partner::Mode, time},
+    http::error::{ApiError, ErrorCode},
+    store::{
+        self, Db,
+        orders::{AcceptError, NewOrder},
+    },
+};
+
+/// Keys remembered in memory per account before the oldest half is dropped
+/// (the database still knows them all).
+const REMEMBERED_KEYS: usize = 4096;
+
+/// An order the handler has parsed and priced.
+#[derive(Debug)]
+pub struct PlaceOrder {
+    /// The trimmed Idempotency-Key.
+    pub key: String,
+    pub mode: Mode,
+    /// Fingerprint of the request body.
+    pub fingerprint: String,
+    /// The priced order, or the refusal the plan or the account gave.
+    pub verdict: Result<order::Model, ApiError>,
+    /// The plan is the sandbox fixture that always answers 402.
+    pub always_insufficient: bool,
+}
+
+/// What the account decided.
+#[derive(Debug)]
+pub enum Decision {
+    /// A new order, committed (202).
+    Accepted(order::Model),
+    /// The key's earlier order, as it is now (200, replayed).
+    Replayed(order::Model),
+    /// Refused (the key is bound if the refusal binds).
+    Refused(ApiError),
+    /// The key's earlier binding refusal (replayed).
+    ReplayedRefusal(ApiError),
+}
+
+/// Messages of the account actor.
+pub enum AccountMsg {
+    /// Decide an order.
+    PlaceOrder(Box<PlaceOrder>, RpcReplyPort<Result<Decision, ApiError>>),
+    /// Return the money of undelivered units of an order.
+    Refund {
+        order_id: String,
+        unit_ids: Vec<String>,
+        failure: FailureCode,
+        reply: RpcReplyPort<Result<(), String>>,
+    },
+    /// Fault injection: fail this actor (the directory restarts it).
+    Fail,
+}
+
+/// What an account actor needs.
+#[derive(Clone)]
+pub struct AccountArgs {
+    pub partner_id: String,
+    pub db: Db,
+    pub provisioning: Option<ActorRef<ProvisioningMsg>>,
+}
+
+/// The actor.
+pub struct AccountActor;
+
+/// Its state: the floats and the recently used keys.
+pub struct AccountState {
+    args: AccountArgs,
+    live_cents: i64,
+    sandbox_cents: i64,
+    keys: HashMap<String, idempotency_key::Model>,
+}
+
+impl AccountState {
+    fn balance(&self, mode: Mode) -> i64 {
+        match mode {
+            Mode::Live => self.live_cents,
+            Mode::Sandbox => self.sandbox_cents,
+        }
+    }
+
+    fn set_balance(&mut self, mode: Mode, cents: i64) {
+        match mode {
+            Mode::Live => self.live_cents = cents,
+            Mode::Sandbox => self.sandbox_cents = cents,
+        }
+    }
+
+    async fn reload_balances(&mut self) -> Result<(), sea_orm::DbErr> {
+        (self.live_cents, self.sandbox_cents) =
+            store::orders::balances(&self.args.db, &self.args.partner_id).await?;
+        Ok(())
+    }
+
+    fn remember(&mut self, record: idempotency_key::Model) {
+        if self.keys.len() >= REMEMBERED_KEYS {
+            let oldest: Vec<String> = {
+                let mut by_age: Vec<(&String, &DateTime<Utc>)> =
+                    self.keys.iter().map(|(k, r)| (k, &r.created_at)).collect();
+                by_age.sort_by_key(|(_, at)| **at);
+                by_age
+                    .iter()
+                    .take(REMEMBERED_KEYS / 2)
+                    .map(|(k, _)| (*k).clone())
+                    .collect()
+            };
+            for key in oldest {
+                self.keys.remove(&key);
+            }
+        }
+        self.keys.insert(record.key.clone(), record);
+    }
+
+    async fn binding(
+        &mut self,
+        key: &str,
+    ) -> Result<Option<idempotency_key::Model>, sea_orm::DbErr> {
+        if let Some(record) = self.keys.get(key) {
+            return Ok(Some(record.clone()));
+        }
+        let found = store::orders::find_key(&self.args.db, &self.args.partner_id, key).await?;
+        if let Some(record) = &found {
+            self.remember(record.clone());
+        }
+        Ok(found)
+    }
+}
+
+impl Actor for AccountActor {
+    type Msg = AccountMsg;
+    type State = AccountState;
+    type Arguments = AccountArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<AccountMsg>,
+        args: AccountArgs,
+    ) -> Result<AccountState, ActorProcessingErr> {
+        let (live_cents, sandbox_cents) =
+            store::orders::balances(&args.db, &args.partner_id).await?;
+        Ok(AccountState {
+            args,
+            live_cents,
+            sandbox_cents,
+            keys: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<AccountMsg>,
+        message: AccountMsg,
+        state: &mut AccountState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            AccountMsg::PlaceOrder(request, reply) => {
+                let decision = place_order(state, *request).await;
+                if let Ok(Decision::Accepted(order)) = &decision
+                    && let Some(provisioning) = &state.args.provisioning
+                {
+                    let _ = provisioning.cast(ProvisioningMsg::Provision(order.id.clone()));
+                }
+                let _ = reply.send(decision);
+            }
+            AccountMsg::Refund {
+                order_id,
+                unit_ids,
+                failure,
+                reply,
+            } => {
+                let _ = reply.send(
+                    refund(state, &order_id, &unit_ids, failure)
+                        .await
+                        .map_err(|e| e.to_string()),
+                );
+            }
+            AccountMsg::Fail => return Err("fault injected by the operator".into()),
+        }
+        Ok(())
+    }
+}
+
+/// The decision on one order request.
+async fn place_order(
+    state: &mut AccountState,
+    mut request: PlaceOrder,
+) -> Result<Decision, ApiError> {
+    if let Some(decision) = replay(state, &request).await? {
+        return Ok(decision);
+    }
+    let verdict = std::mem::replace(
+        &mut request.verdict,
+        Err(ApiError::new(ErrorCode::Conflict)),
+    );
+    let order = match verdict {
+        Ok(order) => order,
+        Err(refusal) if binds(&refusal) => {
+            return bind(
+                state,
+                &request.key,
+                request.mode,
+                &request.fingerprint,
+                refusal,
+            )
+            .await;
+        }
+        Err(refusal) => return Ok(Decision::Refused(refusal)),
+    };
+    if request.always_insufficient {
+        let refusal = insufficient(request.mode, state.balance(request.mode), order.total_cents);
+        return bind(
+            state,
+            &request.key,
+            request.mode,
+            &request.fingerprint,
+            refusal,
+        )
+        .await;
+    }
+    // Decide against memory; when the database disagrees, reload and decide once more.
+    for attempt in 0..2 {
+        if state.balance(request.mode) < order.total_cents {
+            // Another node may have credited a deposit: confirm before binding the key.
+            state.reload_balances().await?;
+            if state.balance(request.mode) < order.total_cents {
+                let refusal =
+                    insufficient(request.mode, state.balance(request.mode), order.total_cents);
+                return bind(
+                    state,
+                    &request.key,
+                    request.mode,
+                    &request.fingerprint,
+                    refusal,
+                )
+                .await;
+            }
+        }
+        let new = NewOrder {
+            order: order.clone(),
+            fingerprint: request.fingerprint.clone(),
+        };
+        match commit_order(&state.args.db, &new, request.mode).await {
+            Ok(balance_after) => {
+                state.set_balance(request.mode, balance_after);
+                state.remember(binding_of(&new));
+                return Ok(Decision::Accepted(new.order));
+            }
+            Err(AcceptError::Insufficient) if attempt == 0 => state.reload_balances().await?,
+            Err(AcceptError::Insufficient) => {
+                let refusal =
+                    insufficient(request.mode, state.balance(request.mode), order.total_cents);
+                return bind(
+                    state,
+                    &request.key,
+                    request.mode,
+                    &request.fingerprint,
+                    refusal,
+                )
+                .await;
+            }
+            Err(AcceptError::Db(err)) if store::is_unique_violation(&err) => {
+                // Another node bound this key first: answer as a replay.
+                state.reload_balances().await?;
+                return replay(state, &request)
+                    .await?
+                    .ok_or_else(|| ApiError::new(ErrorCode::Conflict));
+            }
+            Err(AcceptError::Db(err)) => {
+                state.reload_balances().await.ok();
+                return Err(ApiError::from(err));
+            }
+        }
+    }
+    Err(ApiError::new(ErrorCode::Conflict))
+}
+
+async fn commit_order(db: &Db, new: &NewOrder, mode: Mode) -> Result<i64, AcceptError> {
+    let txn = store::begin_write(db).await?;
+    let balance_after = store::orders::accept(&txn, new, mode, time::now()).await?;
+    txn.commit().await?;
+    Ok(balance_after)
+}
+
+fn binding_of(new: &NewOrder) -> idempotency_key::Model {
+    idempotency_key::Model {
+        partner_id: new.order.partner_id.clone(),
+        key: new.order.idempotency_key.clone(),
+        mode: new.order.mode.clone(),
+        fingerprint: new.fingerprint.clone(),
+        order_id: Some(new.order.id.clone()),
+        error_status: None,
+        error_body: None,
+        created_at: new.order.created_at,
+    }
+}
+
+/// If the key is known: a replay, or `key_reused`.
+async fn replay(
+    state: &mut AccountState,
+    request: &PlaceOrder,
+) -> Result<Option<Decision>, ApiError> {
+    let Some(record) = state.binding(&request.key).await? else {
+        return Ok(None);
+    };
+    if record.mode != request.mode.as_str() || record.fingerprint != request.fingerprint {
+        let why = if record.mode != request.mode.as_str() {
+            "This Idempotency-Key was used by a key of the other mode."
+        } else {
+            "This Idempotency-Key was used with a different request; use a new key or resend the original body."
+        };
+        return Ok(Some(Decision::Refused(
+            ApiError::new(ErrorCode::IdempotencyKeyReused)
+                .with_message(why)
+                .with_param("Idempotency-Key"),
+        )));
+    }
+    if let Some(order_id) = &record.order_id {
+        let order = store::orders::get_order(&state.args.db, order_id)
+            .await?
+            .ok_or_else(|| ApiError::internal("a bound order is missing"))?;
+        return Ok(Some(Decision::Replayed(order)));
+    }
+    let refusal = record
+        .error_body
+        .as_ref()
+        .and_then(ApiError::from_stored)
+        .ok_or_else(|| ApiError::internal("a bound refusal is unreadable"))?;
+    Ok(Some(Decision::ReplayedRefusal(refusal)))
+}
+
+/// Refusals that bind the key for good (402, 403).
+fn binds(refusal: &ApiError) -> bool {
+    matches!(refusal.http_status().as_u16(), 402 | 403)
+}
+
+fn insufficient(mode: Mode, balance: i64, required: i64) -> ApiError {
+    let mut refusal = ApiError::new(ErrorCode::BalanceInsufficient)
+        .with_extra("balance_cents", balance)
+        .with_extra("required_cents", required);
+    if mode == Mode::Sandbox {
+        refusal = refusal.with_extra("mode", "sandbox");
+    }
+    refusal
+}
+
+/// Binds the key to a refusal and answers it. If another node bound the key
+/// first, answers what that binding says.
+async fn bind(
+    state: &mut AccountState,
+    key: &str,
+    mode: Mode,
+    fingerprint: &str,
+    refusal: ApiError,
+) -> Result<Decision, ApiError> {
+    let record = idempotency_key::Model {
+        partner_id: state.args.partner_id.clone(),
+        key: key.to_owned(),
+        mode: mode.as_str().to_owned(),
+        fingerprint: fingerprint.to_owned(),
+        order_id: None,
+        error_status: Some(i32::from(refusal.http_status().as_u16())),
+        error_body: Some(refusal.to_stored()),
+        created_at: time::now(),
+    };
+    match store::orders::bind_refusal(&state.args.db, record.clone()).await {
+        Ok(()) => {
+            state.remember(record);
+            Ok(Decision::Refused(refusal))
+        }
+        Err(err) if store::is_unique_violation(&err) => {
+            let request = PlaceOrder {
+                key: key.to_owned(),
+                mode,
+                fingerprint: fingerprint.to_owned(),
+                verdict: Err(refusal),
+                always_insufficient: false,
+            };
+            replay(state, &request)
+                .await?
+                .ok_or_else(|| ApiError::new(ErrorCode::Conflict))
+        }
+        Err(err) => Err(ApiError::from(err)),
+    }
+}
+
+/// Refunds undelivered units, one transaction each, then settles the order.
+async fn refund(
+    state: &mut AccountState,
+    order_id: &str,
+    unit_ids: &[String],
+    failure: FailureCode,
+) -> Result<(), sea_orm::DbErr> {
+    let db = state.args.db.clone();
+    let Some(order) = store::orders::get_order(&db, order_id).await? else {
+        return Ok(());
+    };
+    let mode = Mode::parse(&order.mode).unwrap_or(Mode::Sandbox);
+    for unit_id in unit_ids {
+        let txn = store::begin_write(&db).await?;
+        let refunded =
+            store::orders::refund_unit(&txn, &order, unit_id, failure, time::now()).await?;
+        txn.commit().await?;
+        if let Some(balance_after) = refunded {
+            state.set_balance(mode, balance_after);
+            tracing::info!(partner_id = %order.partner_id, order_id, unit_id, failure = failure.as_str(), "unit refunded");
+        }
+    }
+    store::orders::finalize(&db, order_id, time::now()).await?;
+    Ok(())
+}
+
+/// The order body's metadata as stored.
+pub fn metadata_or_empty(metadata: Option<Value>) -> Value {
+    metadata.unwrap_or_else(|| Value::Object(Default::default()))
+}

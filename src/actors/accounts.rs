@@ -1,0 +1,411 @@
+//! The accounts directory: finds or spawns a partner's account actor, links
+//! it to the `AccountsSupervisor`, restarts it when it fails (its state is
+//! reloaded from the database in `pre_start`), and passivates idle ones with
+//! `drain` so nothing queued is dropped.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, rpc::CallResult};
+use serde::Serialize;
+
+use super::{
+    account::{AccountActor, AccountArgs, AccountMsg, Decision, PlaceOrder},
+    log_lifecycle,
+    provisioning::ProvisioningMsg,
+};
+use crate::{
+    domain::{order::FailureCode, time},
+    http::error::ApiError,
+    limits::unix_now_millis,
+    store::Db,
+};
+
+/// How long a caller waits for its account actor.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One live account actor.
+struct Entry {
+    actor: ActorRef<AccountMsg>,
+    started_at: DateTime<Utc>,
+    /// Messages sent and not yet answered.
+    queued: Arc<AtomicUsize>,
+    /// Unix ms of the last message.
+    last_used: Arc<AtomicI64>,
+}
+
+/// Shared between handlers and the supervisor.
+struct Directory {
+    db: Db,
+    provisioning: Mutex<Option<ActorRef<ProvisioningMsg>>>,
+    entries: Mutex<HashMap<String, Entry>>,
+    restarts: Mutex<HashMap<String, u32>>,
+    spawn_lock: tokio::sync::Mutex<()>,
+    supervisor: Mutex<Option<ActorRef<SupervisorMsg>>>,
+    idle_after: Duration,
+    total_restarts: AtomicU32,
+}
+
+/// A handle on the directory (cheap to clone).
+#[derive(Clone)]
+pub struct Accounts(Arc<Directory>);
+
+/// One row of `GET /operator/v1/actors`.
+#[derive(Debug, Serialize)]
+pub struct ActorInfo {
+    pub kind: &'static str,
+    pub partner_id: Option<String>,
+    pub mailbox_len: usize,
+    pub restarts: u32,
+    pub started_at: DateTime<Utc>,
+}
+
+impl Accounts {
+    /// Starts the supervisor; account actors start on first use.
+    pub async fn start(db: Db, idle_after: Duration) -> anyhow::Result<Self> {
+        let directory = Arc::new(Directory {
+            db,
+            provisioning: Mutex::new(None),
+            entries: Mutex::new(HashMap::new()),
+            restarts: Mutex::new(HashMap::new()),
+            spawn_lock: tokio::sync::Mutex::new(()),
+            supervisor: Mutex::new(None),
+            idle_after,
+            total_restarts: AtomicU32::new(0),
+        });
+        let (supervisor, _) = Actor::spawn(None, AccountsSupervisor, directory.clone()).await?;
+        *lock(&directory.supervisor) = Some(supervisor);
+        Ok(Self(directory))
+    }
+
+    /// Tells new account actors where provisioning is.
+    pub fn set_provisioning(&self, provisioning: ActorRef<ProvisioningMsg>) {
+        *lock(&self.0.provisioning) = Some(provisioning);
+    }
+
+    /// The current provisioning actor, if provisioning runs on this node.
+    pub fn provisioning(&self) -> Option<ActorRef<ProvisioningMsg>> {
+        lock(&self.0.provisioning).clone()
+    }
+
+    /// Asks the partner's actor to decide an order.
+    pub async fn place_order(
+        &self,
+        partner_id: &str,
+        request: PlaceOrder,
+    ) -> Result<Decision, ApiError> {
+        let (actor, queued, _) = self.actor_for(partner_id).await?;
+        let request = Box::new(request);
+        queued.fetch_add(1, Ordering::Relaxed);
+        let answer = actor
+            .call(
+                |reply| AccountMsg::PlaceOrder(request, reply),
+                Some(CALL_TIMEOUT),
+            )
+            .await;
+        queued.fetch_sub(1, Ordering::Relaxed);
+        match answer {
+            Ok(CallResult::Success(decision)) => decision,
+            Ok(_) | Err(_) => {
+                // The actor stopped or failed with the message: its outcome is
+                // unknown to us, so answer 500 and let the partner retry with the
+                // same key (the retry replays whatever was committed).
+                self.forget(partner_id, &actor);
+                Err(ApiError::internal(format_args!(
+                    "account actor of {partner_id} did not answer"
+                )))
+            }
+        }
+    }
+
+    /// Asks the partner's actor to refund undelivered units of an order.
+    pub async fn refund(
+        &self,
+        partner_id: &str,
+        order_id: &str,
+        unit_ids: Vec<String>,
+        failure: FailureCode,
+    ) -> Result<(), String> {
+        let (actor, queued, _) = self
+            .actor_for(partner_id)
+            .await
+            .map_err(|e| e.message.clone())?;
+        let order_id = order_id.to_owned();
+        queued.fetch_add(1, Ordering::Relaxed);
+        let answer = actor
+            .call(
+                |reply| AccountMsg::Refund {
+                    order_id,
+                    unit_ids,
+                    failure,
+                    reply,
+                },
+                Some(CALL_TIMEOUT),
+            )
+            .await;
+        queued.fetch_sub(1, Ordering::Relaxed);
+        match answer {
+            Ok(CallResult::Success(result)) => result,
+            _ => {
+                self.forget(partner_id, &actor);
+                Err(format!("account actor of {partner_id} did not answer"))
+            }
+        }
+    }
+
+    /// Fault injection: makes the partner's actor fail.
+    pub async fn fail(&self, partner_id: &str) -> Result<(), ApiError> {
+        let (actor, _, _) = self.actor_for(partner_id).await?;
+        actor
+            .cast(AccountMsg::Fail)
+            .map_err(|_| ApiError::internal("actor gone"))
+    }
+
+    /// Live actors, for operators.
+    pub fn list(&self) -> Vec<ActorInfo> {
+        let restarts = lock(&self.0.restarts).clone();
+        let mut rows: Vec<ActorInfo> = lock(&self.0.entries)
+            .iter()
+            .map(|(partner_id, entry)| ActorInfo {
+                kind: "account",
+                partner_id: Some(partner_id.clone()),
+                mailbox_len: entry.queued.load(Ordering::Relaxed),
+                restarts: restarts.get(partner_id).copied().unwrap_or(0),
+                started_at: entry.started_at,
+            })
+            .collect();
+        rows.sort_by(|a, b| a.partner_id.cmp(&b.partner_id));
+        rows
+    }
+
+    /// Restarts of account actors since this process started.
+    pub fn total_restarts(&self) -> u32 {
+        self.0.total_restarts.load(Ordering::Relaxed)
+    }
+
+    /// Stops every account actor after what is queued.
+    pub fn drain_all(&self) {
+        for entry in lock(&self.0.entries).values() {
+            let _ = entry.actor.drain();
+        }
+        if let Some(supervisor) = lock(&self.0.supervisor).as_ref() {
+            supervisor.stop(Some("shutdown".into()));
+        }
+    }
+
+    async fn actor_for(
+        &self,
+        partner_id: &str,
+    ) -> Result<(ActorRef<AccountMsg>, Arc<AtomicUsize>, Arc<AtomicI64>), ApiError> {
+        if let Some(found) = self.lookup(partner_id) {
+            return Ok(found);
+        }
+        let _spawning = self.0.spawn_lock.lock().await;
+        if let Some(found) = self.lookup(partner_id) {
+            return Ok(found);
+        }
+        spawn_account(&self.0, partner_id, "first use")
+            .await
+            .map_err(|e| ApiError::internal(format_args!("spawning the account actor: {e}")))?;
+        self.lookup(partner_id)
+            .ok_or_else(|| ApiError::internal("account actor vanished at start"))
+    }
+
+    fn lookup(
+        &self,
+        partner_id: &str,
+    ) -> Option<(ActorRef<AccountMsg>, Arc<AtomicUsize>, Arc<AtomicI64>)> {
+        let entries = lock(&self.0.entries);
+        let entry = entries.get(partner_id)?;
+        entry
+            .last_used
+            .store(unix_now_millis() as i64, Ordering::Relaxed);
+        Some((
+            entry.actor.clone(),
+            entry.queued.clone(),
+            entry.last_used.clone(),
+        ))
+    }
+
+    fn forget(&self, partner_id: &str, actor: &ActorRef<AccountMsg>) {
+        let mut entries = lock(&self.0.entries);
+        if entries
+            .get(partner_id)
+            .is_some_and(|e| e.actor.get_id() == actor.get_id())
+        {
+            entries.remove(partner_id);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Critical sections here never panic and never await.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+async fn spawn_account(
+    directory: &Arc<Directory>,
+    partner_id: &str,
+    reason: &str,
+) -> anyhow::Result<()> {
+    let supervisor = lock(&directory.supervisor)
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("the accounts supervisor is not running"))?;
+    let args = AccountArgs {
+        partner_id: partner_id.to_owned(),
+        db: directory.db.clone(),
+        provisioning: lock(&directory.provisioning).clone(),
+    };
+    let (actor, _) = Actor::spawn_linked(None, AccountActor, args, supervisor.get_cell()).await?;
+    lock(&directory.entries).insert(
+        partner_id.to_owned(),
+        Entry {
+            actor,
+            started_at: time::now(),
+            queued: Arc::new(AtomicUsize::new(0)),
+            last_used: Arc::new(AtomicI64::new(unix_now_millis() as i64)),
+        },
+    );
+    log_lifecycle("account", Some(partner_id), "started", reason);
+    Ok(())
+}
+
+/// Messages of the supervisor.
+enum SupervisorMsg {
+    /// Passivate account actors idle for longer than the configured time.
+    SweepIdle,
+}
+
+/// Parent of every account actor.
+struct AccountsSupervisor;
+
+impl AccountsSupervisor {
+    /// The partner whose actor this cell is.
+    fn partner_of(directory: &Directory, cell: &ractor::ActorCell) -> Option<String> {
+        lock(&directory.entries)
+            .iter()
+            .find(|(_, e)| e.actor.get_id() == cell.get_id())
+            .map(|(partner, _)| partner.clone())
+    }
+}
+
+impl Actor for AccountsSupervisor {
+    type Msg = SupervisorMsg;
+    type State = Arc<Directory>;
+    type Arguments = Arc<Directory>;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        directory: Arc<Directory>,
+    ) -> Result<Arc<Directory>, ActorProcessingErr> {
+        let every = (directory.idle_after / 4).max(Duration::from_secs(1));
+        let cell = myself.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                if cell.cast(SupervisorMsg::SweepIdle).is_err() {
+                    return;
+                }
+            }
+        });
+        log_lifecycle("accounts_supervisor", None, "started", "service start");
+        Ok(directory)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<SupervisorMsg>,
+        message: SupervisorMsg,
+        directory: &mut Arc<Directory>,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SupervisorMsg::SweepIdle => {
+                let cutoff = unix_now_millis() as i64 - directory.idle_after.as_millis() as i64;
+                let mut entries = lock(&directory.entries);
+                let idle: Vec<String> = entries
+                    .iter()
+                    .filter(|(_, e)| {
+                        e.last_used.load(Ordering::Relaxed) < cutoff
+                            && e.queued.load(Ordering::Relaxed) == 0
+                    })
+                    .map(|(partner, _)| partner.clone())
+                    .collect();
+                for partner in idle {
+                    if let Some(entry) = entries.remove(&partner) {
+                        // drain, not stop: what is queued still gets answered.
+                        let _ = entry.actor.drain();
+                        log_lifecycle("account", Some(&partner), "passivating", "idle");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<SupervisorMsg>,
+        event: SupervisionEvent,
+        directory: &mut Arc<Directory>,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                let partner = Self::partner_of(directory, &cell);
+                if let Some(partner) = &partner {
+                    lock(&directory.entries).remove(partner);
+                }
+                log_lifecycle(
+                    "account",
+                    partner.as_deref(),
+                    "stopped",
+                    reason.as_deref().unwrap_or("drained"),
+                );
+            }
+            SupervisionEvent::ActorFailed(cell, error) => {
+                let Some(partner) = Self::partner_of(directory, &cell) else {
+                    log_lifecycle("account", None, "failed", &error.to_string());
+                    return Ok(());
+                };
+                log_lifecycle("account", Some(&partner), "failed", &error.to_string());
+                lock(&directory.entries).remove(&partner);
+                *lock(&directory.restarts)
+                    .entry(partner.clone())
+                    .or_insert(0) += 1;
+                directory.total_restarts.fetch_add(1, Ordering::Relaxed);
+                let directory = directory.clone();
+                // Restart outside the supervisor's turn so its mailbox keeps moving.
+                tokio::spawn(async move {
+                    let _spawning = directory.spawn_lock.lock().await;
+                    if lock(&directory.entries).contains_key(&partner) {
+                        return;
+                    }
+                    match spawn_account(&directory, &partner, "restart after failure").await {
+                        Ok(()) => log_lifecycle(
+                            "account",
+                            Some(&partner),
+                            "restarted",
+                            "state reloaded from the database",
+                        ),
+                        Err(err) => log_lifecycle(
+                            "account",
+                            Some(&partner),
+                            "failed",
+                            &format!("restart failed: {err}"),
+                        ),
+                    }
+                });
+            }
+            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {}
+        }
+        Ok(())
+    }
+}

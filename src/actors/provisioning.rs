@@ -1,0 +1,295 @@
+//! `ProvisioningActor`: turns accepted orders into profiles.
+//!
+//! Each `Provision(order)` claims the order (a lease column, so one node and
+//! one worker at a time), then for every pending unit places a supplier order
+//! with the unit id as transaction id, polls until the profile is allocated,
+//! and stores it. A supplier refusal refunds the unit (`supplier_error`); a
+//! unit whose order could not be placed after `max_attempts` placements is
+//! refunded as `internal_error`. Work runs on tasks bounded by a semaphore, so
+//! a slow supplier never blocks order acceptance; anything lost in a crash is
+//! re-driven by the reconciler.
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+use entities::{esim, order, order_unit};
+use futures::StreamExt;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::Semaphore;
+
+use super::{accounts::Accounts, log_lifecycle};
+use crate::{
+    domain::{
+        esim as esim_rules,
+        order::{FailureCode, UNIT_PENDING},
+        partner::Mode,
+        time,
+    },
+    store::{self, Db},
+    supplier::{Allocation, Supplier, SupplierError},
+};
+
+/// Messages of the provisioning actor.
+pub enum ProvisioningMsg {
+    /// Provision the pending units of an order.
+    Provision(String),
+}
+
+/// What provisioning needs.
+#[derive(Clone)]
+pub struct ProvisioningArgs {
+    pub db: Db,
+    pub accounts: Accounts,
+    /// The supplier of live orders.
+    pub live: Arc<dyn Supplier>,
+    /// The supplier of sandbox orders.
+    pub sandbox: Arc<dyn Supplier>,
+    /// Orders provisioned at once.
+    pub concurrency: usize,
+    /// Units of one order provisioned at once.
+    pub unit_concurrency: usize,
+    /// Placements of one unit before it is refunded as `internal_error`.
+    pub max_attempts: i32,
+    /// Pause between placement attempts.
+    pub retry_backoff: Duration,
+    /// Pause between allocation polls.
+    pub poll_interval: Duration,
+    /// Longest a unit may take to allocate before it is refunded.
+    pub deadline: Duration,
+    /// How long a claim on an order lasts.
+    pub lease: Duration,
+}
+
+pub struct ProvisioningActor;
+
+pub struct ProvisioningState {
+    args: Arc<ProvisioningArgs>,
+    permits: Arc<Semaphore>,
+}
+
+impl Actor for ProvisioningActor {
+    type Msg = ProvisioningMsg;
+    type State = ProvisioningState;
+    type Arguments = ProvisioningArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ProvisioningMsg>,
+        args: ProvisioningArgs,
+    ) -> Result<ProvisioningState, ActorProcessingErr> {
+        log_lifecycle("provisioning", None, "started", "service start");
+        Ok(ProvisioningState {
+            permits: Arc::new(Semaphore::new(args.concurrency.max(1))),
+            args: Arc::new(args),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ProvisioningMsg>,
+        message: ProvisioningMsg,
+        state: &mut ProvisioningState,
+    ) -> Result<(), ActorProcessingErr> {
+        let ProvisioningMsg::Provision(order_id) = message;
+        let args = state.args.clone();
+        let permits = state.permits.clone();
+        tokio::spawn(async move {
+            let Ok(_permit) = permits.acquire_owned().await else {
+                return;
+            };
+            if let Err(err) = provision_order(&args, &order_id).await {
+                tracing::warn!(order_id, error = %err, "provisioning pass failed; the reconciler will re-drive it");
+                let _ = store::orders::release(&args.db, &order_id).await;
+            }
+        });
+        Ok(())
+    }
+}
+
+/// One provisioning pass over an order.
+#[tracing::instrument(skip_all, fields(order_id = %order_id))]
+async fn provision_order(args: &ProvisioningArgs, order_id: &str) -> anyhow::Result<()> {
+    let now = time::now();
+    let until = now + chrono::Duration::from_std(args.lease)?;
+    if !store::orders::claim(&args.db, order_id, now, until).await? {
+        return Ok(());
+    }
+    let Some(order) = store::orders::get_order(&args.db, order_id).await? else {
+        return Ok(());
+    };
+    let started = std::time::Instant::now();
+    let units: Vec<order_unit::Model> = store::orders::units_of(&args.db, order_id)
+        .await?
+        .into_iter()
+        .filter(|u| u.status == UNIT_PENDING)
+        .collect();
+    let supplier = match Mode::parse(&order.mode) {
+        Some(Mode::Live) => args.live.clone(),
+        _ => args.sandbox.clone(),
+    };
+    let outcomes: Vec<UnitOutcome> = futures::stream::iter(units)
+        .map(|unit| provision_unit(args, supplier.as_ref(), &order, unit))
+        .buffer_unordered(args.unit_concurrency.max(1))
+        .collect()
+        .await;
+    for failure in [FailureCode::SupplierError, FailureCode::InternalError] {
+        let unit_ids: Vec<String> = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                UnitOutcome::Refund(id, f) if *f == failure => Some(id.clone()),
+                _ => None,
+            })
+            .collect();
+        if !unit_ids.is_empty() {
+            args.accounts
+                .refund(&order.partner_id, order_id, unit_ids, failure)
+                .await
+                .map_err(|e| anyhow::anyhow!("refund: {e}"))?;
+        }
+    }
+    match store::orders::finalize(&args.db, order_id, time::now()).await? {
+        Some(status) => {
+            tracing::info!(order_id, partner_id = %order.partner_id, status, elapsed_ms = started.elapsed().as_millis() as u64, "order settled")
+        }
+        None => store::orders::release(&args.db, order_id).await?,
+    }
+    Ok(())
+}
+
+enum UnitOutcome {
+    Delivered,
+    /// Left pending for a later pass (e.g. the database was unreachable).
+    Later,
+    Refund(String, FailureCode),
+}
+
+async fn provision_unit(
+    args: &ProvisioningArgs,
+    supplier: &dyn Supplier,
+    order: &order::Model,
+    unit: order_unit::Model,
+) -> UnitOutcome {
+    let order_no = match unit.supplier_order_no.clone() {
+        Some(order_no) => order_no,
+        None => match place(args, supplier, order, &unit).await {
+            Ok(order_no) => order_no,
+            Err(outcome) => return outcome,
+        },
+    };
+    let deadline = tokio::time::Instant::now() + args.deadline;
+    loop {
+        match supplier.query(&order_no).await {
+            Ok(Allocation::Ready(profile)) => {
+                return store_profile(args, order, &unit, profile).await;
+            }
+            Ok(Allocation::Pending) | Err(SupplierError::Transient(_))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(args.poll_interval).await;
+            }
+            Ok(Allocation::Pending) | Err(SupplierError::Transient(_)) => {
+                tracing::warn!(unit_id = %unit.id, "allocation did not finish within the provisioning deadline");
+                return UnitOutcome::Refund(unit.id, FailureCode::SupplierError);
+            }
+            Err(SupplierError::Refused(reason)) => {
+                tracing::warn!(unit_id = %unit.id, reason, "supplier refused the allocation");
+                return UnitOutcome::Refund(unit.id, FailureCode::SupplierError);
+            }
+        }
+    }
+}
+
+/// Places the unit's supplier order, retrying transient failures; the attempt
+/// count survives restarts (it is stored on the unit).
+async fn place(
+    args: &ProvisioningArgs,
+    supplier: &dyn Supplier,
+    order: &order::Model,
+    unit: &order_unit::Model,
+) -> Result<String, UnitOutcome> {
+    let mut attempts = unit.attempts;
+    loop {
+        if attempts >= args.max_attempts {
+            tracing::warn!(unit_id = %unit.id, attempts, "the supplier order could not be opened");
+            return Err(UnitOutcome::Refund(
+                unit.id.clone(),
+                FailureCode::InternalError,
+            ));
+        }
+        match supplier.place_order(&unit.id, &order.plan_id).await {
+            Ok(order_no) => {
+                if store::orders::set_supplier_order(&args.db, &unit.id, &order_no, time::now())
+                    .await
+                    .is_err()
+                {
+                    return Err(UnitOutcome::Later);
+                }
+                return Ok(order_no);
+            }
+            Err(SupplierError::Refused(reason)) => {
+                tracing::warn!(unit_id = %unit.id, reason, "supplier refused the order");
+                return Err(UnitOutcome::Refund(
+                    unit.id.clone(),
+                    FailureCode::SupplierError,
+                ));
+            }
+            Err(SupplierError::Transient(reason)) => {
+                attempts += 1;
+                tracing::warn!(unit_id = %unit.id, attempts, reason, "supplier order attempt failed");
+                if store::orders::unit_failed_attempt(&args.db, &unit.id, &reason, time::now())
+                    .await
+                    .is_err()
+                {
+                    return Err(UnitOutcome::Later);
+                }
+                if attempts < args.max_attempts {
+                    tokio::time::sleep(args.retry_backoff * attempts as u32).await;
+                }
+            }
+        }
+    }
+}
+
+async fn store_profile(
+    args: &ProvisioningArgs,
+    order: &order::Model,
+    unit: &order_unit::Model,
+    profile: crate::supplier::Profile,
+) -> UnitOutcome {
+    if !esim_rules::is_valid_iccid(&profile.iccid) {
+        tracing::warn!(unit_id = %unit.id, iccid = %profile.iccid, "supplier sent an invalid ICCID");
+        return UnitOutcome::Refund(unit.id.clone(), FailureCode::SupplierError);
+    }
+    let Some((smdp, matching)) = esim_rules::parse_activation_code(&profile.activation_code) else {
+        tracing::warn!(unit_id = %unit.id, "supplier sent an invalid activation code");
+        return UnitOutcome::Refund(unit.id.clone(), FailureCode::SupplierError);
+    };
+    let now: DateTime<Utc> = time::now();
+    let row = esim::Model {
+        iccid: profile.iccid.clone(),
+        partner_id: order.partner_id.clone(),
+        mode: order.mode.clone(),
+        order_id: order.id.clone(),
+        unit_id: unit.id.clone(),
+        plan_id: order.plan_id.clone(),
+        status: "released".into(),
+        smdp_address: smdp.to_owned(),
+        matching_id: matching.to_owned(),
+        activation_code: profile.activation_code.clone(),
+        created_at: now,
+    };
+    let stored = async {
+        let txn = store::begin_write(&args.db).await?;
+        let delivered = store::orders::deliver_unit(&txn, row, now).await?;
+        txn.commit().await?;
+        Ok::<bool, sea_orm::DbErr>(delivered)
+    }
+    .await;
+    match stored {
+        Ok(_) => UnitOutcome::Delivered,
+        Err(err) => {
+            tracing::warn!(unit_id = %unit.id, error = %err, "storing the profile failed; will retry");
+            UnitOutcome::Later
+        }
+    }
+}

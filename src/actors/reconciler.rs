@@ -1,0 +1,83 @@
+//! `ReconcilerActor`: every `reconciler.interval_seconds`, re-drives orders
+//! left in `processing` with no live claim (a crash between the 202 and
+//! provisioning, or a pass that stopped half-way). Claims make it safe to run
+//! on several nodes at once: an order is provisioned by one worker at a time.
+
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use super::{accounts::Accounts, log_lifecycle, provisioning::ProvisioningMsg};
+use crate::{
+    domain::time,
+    store::{self, Db},
+};
+
+/// Messages of the reconciler.
+pub enum ReconcilerMsg {
+    /// Run one pass now.
+    Tick,
+}
+
+#[derive(Clone)]
+pub struct ReconcilerArgs {
+    pub db: Db,
+    /// Where the current provisioning actor is found.
+    pub accounts: Accounts,
+    pub interval: Duration,
+    /// Orders younger than this are left to the provisioning already under way.
+    pub grace: Duration,
+}
+
+pub struct ReconcilerActor;
+
+impl Actor for ReconcilerActor {
+    type Msg = ReconcilerMsg;
+    type State = ReconcilerArgs;
+    type Arguments = ReconcilerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ReconcilerMsg>,
+        args: ReconcilerArgs,
+    ) -> Result<ReconcilerArgs, ActorProcessingErr> {
+        let every = args.interval;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if myself.cast(ReconcilerMsg::Tick).is_err() {
+                    return;
+                }
+            }
+        });
+        log_lifecycle("reconciler", None, "started", "service start");
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ReconcilerMsg>,
+        _message: ReconcilerMsg,
+        args: &mut ReconcilerArgs,
+    ) -> Result<(), ActorProcessingErr> {
+        let now = time::now();
+        let older_than = now - chrono::Duration::from_std(args.grace).unwrap_or_default();
+        match store::orders::stranded(&args.db, older_than, now, 500).await {
+            Ok(ids) => {
+                if !ids.is_empty() {
+                    tracing::info!(count = ids.len(), "re-driving stranded orders");
+                }
+                let Some(provisioning) = args.accounts.provisioning() else {
+                    return Ok(());
+                };
+                for id in ids {
+                    let _ = provisioning.cast(ProvisioningMsg::Provision(id));
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "reconciler pass failed"),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,121 @@
+//! `ServicesSupervisor`: parent of the provisioning and reconciler actors.
+//! It logs their lifecycle and restarts a failed one with the same arguments;
+//! a restarted provisioning actor is handed to the accounts directory, which
+//! is where the reconciler and new account actors find it.
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+
+use super::{
+    accounts::Accounts,
+    log_lifecycle,
+    provisioning::{ProvisioningActor, ProvisioningArgs},
+    reconciler::{ReconcilerActor, ReconcilerArgs},
+};
+
+/// What the supervisor starts.
+#[derive(Clone)]
+pub struct ServicesArgs {
+    pub accounts: Accounts,
+    pub provisioning: ProvisioningArgs,
+    pub reconciler: ReconcilerArgs,
+}
+
+pub struct ServicesSupervisor;
+
+pub struct ServicesState {
+    args: ServicesArgs,
+    provisioning_id: Option<ractor::ActorId>,
+}
+
+/// No messages: it only supervises.
+pub enum ServicesMsg {}
+
+impl ServicesSupervisor {
+    async fn start_provisioning(
+        myself: &ActorRef<ServicesMsg>,
+        args: &ServicesArgs,
+    ) -> Result<ractor::ActorId, ActorProcessingErr> {
+        let (provisioning, _) = Actor::spawn_linked(
+            None,
+            ProvisioningActor,
+            args.provisioning.clone(),
+            myself.get_cell(),
+        )
+        .await?;
+        args.accounts.set_provisioning(provisioning.clone());
+        Ok(provisioning.get_id())
+    }
+}
+
+impl Actor for ServicesSupervisor {
+    type Msg = ServicesMsg;
+    type State = ServicesState;
+    type Arguments = ServicesArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ServicesMsg>,
+        args: ServicesArgs,
+    ) -> Result<ServicesState, ActorProcessingErr> {
+        let provisioning_id = Some(Self::start_provisioning(&myself, &args).await?);
+        Actor::spawn_linked(
+            None,
+            ReconcilerActor,
+            args.reconciler.clone(),
+            myself.get_cell(),
+        )
+        .await?;
+        log_lifecycle("services_supervisor", None, "started", "service start");
+        Ok(ServicesState {
+            args,
+            provisioning_id,
+        })
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<ServicesMsg>,
+        event: SupervisionEvent,
+        state: &mut ServicesState,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorFailed(cell, error) => {
+                let is_provisioning = state.provisioning_id == Some(cell.get_id());
+                let kind = if is_provisioning {
+                    "provisioning"
+                } else {
+                    "reconciler"
+                };
+                log_lifecycle(kind, None, "failed", &error.to_string());
+                if is_provisioning {
+                    state.provisioning_id =
+                        Some(Self::start_provisioning(&myself, &state.args).await?);
+                } else {
+                    Actor::spawn_linked(
+                        None,
+                        ReconcilerActor,
+                        state.args.reconciler.clone(),
+                        myself.get_cell(),
+                    )
+                    .await?;
+                }
+                log_lifecycle(kind, None, "restarted", "after failure");
+            }
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                let kind = if state.provisioning_id == Some(cell.get_id()) {
+                    "provisioning"
+                } else {
+                    "reconciler"
+                };
+                log_lifecycle(
+                    kind,
+                    None,
+                    "stopped",
+                    reason.as_deref().unwrap_or("shutdown"),
+                );
+            }
+            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {}
+        }
+        Ok(())
+    }
+}

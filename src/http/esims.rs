@@ -1,0 +1,277 @@
+//! `GET /esims`, `GET /esims/{iccid}`, `/install` and `/usage`.
+
+use axum::{
+    Extension, Json,
+    extract::{Path, State},
+};
+use base64::{Engine, engine::general_purpose::STANDARD};
+use chrono::{DateTime, Utc};
+use entities::esim;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    auth::Caller,
+    error::{ApiError, ErrorCode, Violations},
+    extract::{NoQuery, StrictQuery},
+    orders::time_id_keyset,
+    pagination::{self, ListEnvelope},
+};
+use crate::{
+    app::AppState,
+    domain::{esim as rules, ids::OrderId, partner::Mode},
+    store::{self, esims::EsimQuery},
+};
+
+/// The eSIM profile resource.
+#[derive(Debug, Serialize)]
+pub struct EsimView {
+    pub object: &'static str,
+    pub iccid: String,
+    pub order_id: String,
+    pub plan_id: String,
+    pub mode: String,
+    pub status: String,
+    pub activation_code: String,
+    pub smdp_address: String,
+    pub matching_id: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl EsimView {
+    pub fn new(row: esim::Model) -> Self {
+        Self {
+            object: "esim",
+            iccid: row.iccid,
+            order_id: row.order_id,
+            plan_id: row.plan_id,
+            mode: row.mode,
+            status: row.status,
+            activation_code: row.activation_code,
+            smdp_address: row.smdp_address,
+            matching_id: row.matching_id,
+            created_at: row.created_at,
+        }
+    }
+}
+
+/// Query of `GET /esims`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EsimsQuery {
+    order_id: Option<String>,
+    status: Option<String>,
+    created_after: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    StrictQuery(query): StrictQuery<EsimsQuery>,
+) -> Result<Json<ListEnvelope<EsimView>>, ApiError> {
+    let mut v = Violations::default();
+    if let Some(id) = &query.order_id {
+        v.check(
+            OrderId::parse(id).is_err(),
+            "order_id",
+            "must be an order id beginning `po_`",
+        );
+    }
+    v.check(
+        query.status.as_deref().is_some_and(|s| s != "released"),
+        "status",
+        "must be released",
+    );
+    let created_after =
+        pagination::parse_datetime(query.created_after.as_deref(), "created_after", &mut v);
+    let limit = pagination::parse_limit(query.limit.as_deref(), &mut v);
+    pagination::check_cursor_length(query.cursor.as_deref(), &mut v);
+    v.into_result()?;
+    let scope = format!(
+        "esims|{}|{:?}|{:?}|{:?}",
+        caller.mode.as_str(),
+        query.order_id,
+        query.status,
+        created_after.map(|t| t.timestamp_micros())
+    );
+    let before = match pagination::decode_cursor(&state.cursors, &scope, query.cursor.as_deref())? {
+        Some(values) => Some(
+            time_id_keyset(&values)
+                .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor of this list"))?,
+        ),
+        None => None,
+    };
+    let mut rows = store::esims::list(
+        &state.db,
+        caller.partner_id(),
+        caller.mode,
+        &EsimQuery {
+            order_id: query.order_id,
+            status: query.status,
+            created_after,
+            before,
+            limit: limit as u64 + 1,
+        },
+    )
+    .await?;
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let next_cursor = has_more
+        .then(|| {
+            rows.last().map(|e| {
+                state.cursors.encode(
+                    &scope,
+                    vec![
+                        e.created_at.timestamp_micros().into(),
+                        e.iccid.clone().into(),
+                    ],
+                )
+            })
+        })
+        .flatten();
+    Ok(Json(ListEnvelope {
+        data: rows.into_iter().map(EsimView::new).collect(),
+        has_more,
+        next_cursor,
+    }))
+}
+
+/// The caller's profile with this ICCID, or the route's 400 or 404.
+async fn owned(state: &AppState, caller: &Caller, iccid: &str) -> Result<esim::Model, ApiError> {
+    let well_formed = (19..=20).contains(&iccid.len()) && iccid.bytes().all(|b| b.is_ascii_digit());
+    if !well_formed {
+        return Err(ApiError::invalid("iccid", "must be 19 or 20 digits"));
+    }
+    store::esims::find(&state.db, caller.partner_id(), caller.mode, iccid)
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorCode::EsimNotFound))
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), iccid = %iccid))]
+pub async fn show(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(iccid): Path<String>,
+    StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
+) -> Result<Json<EsimView>, ApiError> {
+    Ok(Json(EsimView::new(owned(&state, &caller, &iccid).await?)))
+}
+
+/// What a device needs to install a profile.
+#[derive(Debug, Serialize)]
+pub struct InstallPayload {
+    pub object: &'static str,
+    pub iccid: String,
+    pub activation_code: String,
+    pub smdp_address: String,
+    pub matching_id: String,
+    pub apple_install_url: String,
+    pub qr_code_svg: String,
+    pub qr_code_png_base64: String,
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), iccid = %iccid))]
+pub async fn install(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(iccid): Path<String>,
+    StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
+) -> Result<Json<InstallPayload>, ApiError> {
+    let row = owned(&state, &caller, &iccid).await?;
+    let code = qrcode::QrCode::new(row.activation_code.as_bytes()).map_err(ApiError::internal)?;
+    let svg = code
+        .render::<qrcode::render::svg::Color>()
+        .min_dimensions(256, 256)
+        .build();
+    let png = qr_png(&code).map_err(ApiError::internal)?;
+    Ok(Json(InstallPayload {
+        object: "install_payload",
+        apple_install_url: rules::apple_install_url(&row.activation_code),
+        iccid: row.iccid,
+        activation_code: row.activation_code,
+        smdp_address: row.smdp_address,
+        matching_id: row.matching_id,
+        qr_code_svg: svg,
+        qr_code_png_base64: STANDARD.encode(png),
+    }))
+}
+
+/// A black-on-white grayscale PNG of the code, 8 pixels per module, 4-module quiet zone.
+fn qr_png(code: &qrcode::QrCode) -> Result<Vec<u8>, png::EncodingError> {
+    const SCALE: usize = 8;
+    const QUIET: usize = 4;
+    let modules = code.width();
+    let side = (modules + 2 * QUIET) * SCALE;
+    let colors = code.to_colors();
+    let mut pixels = vec![255u8; side * side];
+    for (index, color) in colors.iter().enumerate() {
+        if *color == qrcode::Color::Dark {
+            let (x, y) = (index % modules + QUIET, index / modules + QUIET);
+            for dy in 0..SCALE {
+                let row = (y * SCALE + dy) * side;
+                pixels[row + x * SCALE..row + x * SCALE + SCALE].fill(0);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut out, side as u32, side as u32);
+        encoder.set_color(png::ColorType::Grayscale);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header()?;
+        writer.write_image_data(&pixels)?;
+    }
+    Ok(out)
+}
+
+/// Data use of a profile, as the supplier reports it.
+#[derive(Debug, Serialize)]
+pub struct UsageView {
+    pub object: &'static str,
+    pub iccid: String,
+    pub status: String,
+    pub data_used_mb: i64,
+    pub data_remaining_mb: Option<i64>,
+    pub unlimited: bool,
+    pub as_of: DateTime<Utc>,
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), iccid = %iccid))]
+pub async fn usage(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(iccid): Path<String>,
+    StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
+) -> Result<Json<UsageView>, ApiError> {
+    let row = owned(&state, &caller, &iccid).await?;
+    let supplier = match caller.mode {
+        Mode::Live => state.suppliers.live.clone(),
+        Mode::Sandbox => state.suppliers.sandbox.clone(),
+    };
+    let usage = supplier.usage(&row.iccid).await.map_err(|e| {
+        tracing::warn!(error = %e, "usage query failed");
+        ApiError::new(ErrorCode::SupplierError)
+    })?;
+    let plan = state
+        .catalogue
+        .snapshot()
+        .visible(&row.plan_id, caller.mode)
+        .cloned();
+    let unlimited = plan.as_ref().is_some_and(|p| p.unlimited);
+    let total = plan
+        .as_ref()
+        .map(|p| p.data_amount_mb)
+        .filter(|t| *t > 0)
+        .unwrap_or(usage.data_total_mb);
+    Ok(Json(UsageView {
+        object: "usage",
+        iccid: row.iccid,
+        status: row.status,
+        data_used_mb: usage.data_used_mb,
+        data_remaining_mb: (!unlimited).then(|| (total - usage.data_used_mb).max(0)),
+        unlimited,
+        as_of: crate::domain::time::now(),
+    }))
+}

@@ -1,0 +1,464 @@
+//! `POST /orders`, `GET /orders`, `GET /orders/{id}`.
+//!
+//! Checks run in the order partners can rely on: authentication and account
+//! gating; the `Idempotency-Key`; the body; the plan; then the account actor
+//! decides idempotency, balance and acceptance. A gating refusal (403) and an
+//! insufficient balance (402) bind the key; validation, plan and server
+//! errors leave it usable.
+
+use axum::{
+    Extension, Json,
+    body::Bytes,
+    extract::{Path, State},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use chrono::{DateTime, Utc};
+use entities::{esim, order};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{
+    auth::Caller,
+    error::{ApiError, ErrorCode, Violations},
+    esims::EsimView,
+    extract::{NoQuery, StrictQuery, parse_json},
+    pagination::{self, ListEnvelope},
+    plans::{MAX_QUANTITY, caller_rate},
+};
+use crate::{
+    actors::account::{Decision, PlaceOrder},
+    app::AppState,
+    catalogue::{Snapshot, Standing},
+    domain::{
+        idempotency::{MAX_KEY_LEN, MIN_KEY_LEN, fingerprint},
+        ids::{OrderId, check_id},
+        order::{PROCESSING, STATUSES},
+        pricing::{self, discount_from_prices},
+        time,
+    },
+    store::{self, orders::OrderQuery},
+};
+
+/// The header partners send.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// The header on a replayed answer.
+pub const IDEMPOTENCY_REPLAYED: &str = "idempotency-replayed";
+/// Largest metadata object, serialized.
+pub const MAX_METADATA_BYTES: usize = 4096;
+/// How soon to poll an order that is still processing.
+const POLL_AFTER_MS: u64 = 1000;
+
+/// The Order resource.
+#[derive(Debug, Serialize)]
+pub struct OrderView {
+    pub object: &'static str,
+    pub id: String,
+    pub mode: String,
+    pub status: String,
+    pub plan_id: String,
+    pub quantity: i32,
+    pub unit_price_cents: i64,
+    pub total_cents: i64,
+    pub list_unit_cents: i64,
+    pub discount_bps: i64,
+    pub price_source: String,
+    pub currency: &'static str,
+    pub refunded_cents: i64,
+    pub metadata: Value,
+    pub esims: Vec<EsimView>,
+    pub failure_code: Option<String>,
+    pub poll_after_ms: Option<u64>,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+impl OrderView {
+    pub fn new(order: order::Model, esims: Vec<esim::Model>) -> Self {
+        let processing = order.status == PROCESSING;
+        Self {
+            object: "order",
+            discount_bps: discount_from_prices(order.list_unit_cents, order.unit_price_cents),
+            id: order.id,
+            mode: order.mode,
+            status: order.status,
+            plan_id: order.plan_id,
+            quantity: order.quantity,
+            unit_price_cents: order.unit_price_cents,
+            total_cents: order.total_cents,
+            list_unit_cents: order.list_unit_cents,
+            price_source: order.price_source,
+            currency: "USD",
+            refunded_cents: order.refunded_cents,
+            metadata: order.metadata,
+            esims: esims.into_iter().map(EsimView::new).collect(),
+            failure_code: order.failure_code,
+            poll_after_ms: processing.then_some(POLL_AFTER_MS),
+            created_at: order.created_at,
+            completed_at: order.completed_at,
+        }
+    }
+}
+
+/// Body of `POST /orders`; values are checked by hand so every problem is named.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OrderBody {
+    plan_id: Option<Value>,
+    quantity: Option<Value>,
+    metadata: Option<Value>,
+}
+
+struct ValidOrder {
+    plan_id: String,
+    quantity: i64,
+    metadata: Value,
+    fingerprint: String,
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
+    let values: Vec<&HeaderValue> = headers.get_all(IDEMPOTENCY_KEY).iter().collect();
+    let invalid = |why: &str| ApiError::invalid("Idempotency-Key", why.to_owned());
+    match values.as_slice() {
+        [] => Err(invalid("is required")),
+        [one] => {
+            let key = one
+                .to_str()
+                .map_err(|_| invalid("must be visible ASCII"))?
+                .trim();
+            if (MIN_KEY_LEN..=MAX_KEY_LEN).contains(&key.len()) {
+                Ok(key.to_owned())
+            } else {
+                Err(invalid("must be 16 to 255 characters after trimming"))
+            }
+        }
+        _ => Err(invalid("must be sent once")),
+    }
+}
+
+fn parse_order_body(body: &Bytes) -> Result<ValidOrder, ApiError> {
+    let raw: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid_request(format!("The body is not valid JSON: {e}.")))?;
+    let parsed: OrderBody = parse_json(body)?;
+    let mut v = Violations::default();
+    let plan_id = match &parsed.plan_id {
+        Some(Value::String(id)) if id.len() <= 64 && check_id(id, "pl_").is_ok() => id.clone(),
+        Some(Value::String(_)) => {
+            v.add(
+                "plan_id",
+                "must be a plan id beginning `pl_`, at most 64 characters",
+            );
+            String::new()
+        }
+        Some(_) => {
+            v.add("plan_id", "must be a string");
+            String::new()
+        }
+        None => {
+            v.add("plan_id", "is required");
+            String::new()
+        }
+    };
+    let quantity = match &parsed.quantity {
+        None => 1,
+        Some(value) => match value.as_i64() {
+            Some(q) if value.is_i64() && (1..=MAX_QUANTITY).contains(&q) => q,
+            _ => {
+                v.add(
+                    "quantity",
+                    format!("must be an integer from 1 to {MAX_QUANTITY}"),
+                );
+                1
+            }
+        },
+    };
+    let metadata = match parsed.metadata {
+        None => Value::Object(Default::default()),
+        Some(Value::Object(map)) => {
+            let object = Value::Object(map);
+            v.check(
+                object.to_string().len() > MAX_METADATA_BYTES,
+                "metadata",
+                "must serialize to at most 4096 bytes",
+            );
+            object
+        }
+        Some(_) => {
+            v.add("metadata", "must be a JSON object");
+            Value::Null
+        }
+    };
+    v.into_result()?;
+    Ok(ValidOrder {
+        plan_id,
+        quantity,
+        metadata,
+        fingerprint: fingerprint(&raw),
+    })
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers);
+    if let Err(refusal) = caller.gate.clone() {
+        // A gating refusal binds a well-formed key to a well-formed request.
+        return match (
+            key,
+            require_json(&headers).and_then(|()| parse_order_body(&body)),
+        ) {
+            (Ok(key), Ok(valid)) => {
+                decide(&state, &caller, key, valid.fingerprint, Err(refusal), false).await
+            }
+            _ => Err(refusal),
+        };
+    }
+    let key = key?;
+    require_json(&headers)?;
+    let valid = parse_order_body(&body)?;
+    let snapshot = state.catalogue.snapshot();
+    let verdict = price_order(&state, &caller, &snapshot, &key, &valid);
+    let always_insufficient = valid.plan_id == "pl_sandbox_insufficient_balance";
+    decide(
+        &state,
+        &caller,
+        key,
+        valid.fingerprint,
+        verdict,
+        always_insufficient,
+    )
+    .await
+}
+
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+    if json {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_request(
+            "Content-Type must be application/json.",
+        ))
+    }
+}
+
+/// The order as it would be accepted now, or why the plan refuses it.
+fn price_order(
+    state: &AppState,
+    caller: &Caller,
+    snapshot: &Snapshot,
+    key: &str,
+    valid: &ValidOrder,
+) -> Result<order::Model, ApiError> {
+    let plan = snapshot
+        .visible(&valid.plan_id, caller.mode)
+        .ok_or_else(|| ApiError::new(ErrorCode::PlanNotFound).with_param("plan_id"))?;
+    let rate = caller_rate(state, caller);
+    let unit = match Snapshot::standing(plan, &rate) {
+        Standing::Sellable(unit) => unit,
+        Standing::Inactive => {
+            return Err(ApiError::new(ErrorCode::PlanInactive).with_param("plan_id"));
+        }
+        Standing::Unavailable(reason) => {
+            return Err(ApiError::new(ErrorCode::PlanUnavailable)
+                .with_message(reason.reason())
+                .with_param("plan_id"));
+        }
+    };
+    let total = pricing::total(unit.unit_cents, valid.quantity)
+        .ok_or_else(|| ApiError::new(ErrorCode::PlanUnavailable))?;
+    Ok(order::Model {
+        id: OrderId::generate().into_string(),
+        partner_id: caller.partner_id().to_owned(),
+        mode: caller.mode.as_str().to_owned(),
+        idempotency_key: key.to_owned(),
+        plan_id: plan.id.clone(),
+        quantity: valid.quantity as i32,
+        unit_price_cents: unit.unit_cents,
+        total_cents: total,
+        list_unit_cents: plan.list_price_cents,
+        price_source: rate.source.label(),
+        metadata: valid.metadata.clone(),
+        status: PROCESSING.to_owned(),
+        failure_code: None,
+        refunded_cents: 0,
+        attempts: 0,
+        claimed_until: None,
+        created_at: time::now(),
+        completed_at: None,
+    })
+}
+
+async fn decide(
+    state: &AppState,
+    caller: &Caller,
+    key: String,
+    fingerprint: String,
+    verdict: Result<order::Model, ApiError>,
+    always_insufficient: bool,
+) -> Result<Response, ApiError> {
+    let request = PlaceOrder {
+        key,
+        mode: caller.mode,
+        fingerprint,
+        verdict,
+        always_insufficient,
+    };
+    let replayed = (
+        HeaderName::from_static(IDEMPOTENCY_REPLAYED),
+        HeaderValue::from_static("true"),
+    );
+    match state
+        .accounts
+        .place_order(caller.partner_id(), request)
+        .await?
+    {
+        Decision::Accepted(order) => {
+            let location = format!("/partner/v1/orders/{}", order.id);
+            let mut response = (
+                StatusCode::ACCEPTED,
+                Json(OrderView::new(order, Vec::new())),
+            )
+                .into_response();
+            if let Ok(value) = HeaderValue::from_str(&location) {
+                response.headers_mut().insert(header::LOCATION, value);
+            }
+            Ok(response)
+        }
+        Decision::Replayed(order) => {
+            let esims = store::orders::esims_of(&state.db, std::slice::from_ref(&order.id)).await?;
+            Ok((
+                StatusCode::OK,
+                [replayed],
+                Json(OrderView::new(order, esims)),
+            )
+                .into_response())
+        }
+        Decision::Refused(refusal) => Err(refusal),
+        Decision::ReplayedRefusal(refusal) => Err(refusal.with_header(replayed.0, replayed.1)),
+    }
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), order_id = %id))]
+pub async fn show(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
+) -> Result<Json<OrderView>, ApiError> {
+    OrderId::parse(&id).map_err(|e| ApiError::invalid("id", e.to_string()))?;
+    let order = store::orders::find_order(&state.db, caller.partner_id(), caller.mode, &id)
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorCode::OrderNotFound))?;
+    let esims = store::orders::esims_of(&state.db, std::slice::from_ref(&order.id)).await?;
+    Ok(Json(OrderView::new(order, esims)))
+}
+
+/// Query of `GET /orders`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrdersQuery {
+    status: Option<String>,
+    created_after: Option<String>,
+    created_before: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    StrictQuery(query): StrictQuery<OrdersQuery>,
+) -> Result<Json<ListEnvelope<OrderView>>, ApiError> {
+    let mut v = Violations::default();
+    v.check(
+        query
+            .status
+            .as_deref()
+            .is_some_and(|s| !STATUSES.contains(&s)),
+        "status",
+        format!("must be one of {}", STATUSES.join(", ")),
+    );
+    let created_after =
+        pagination::parse_datetime(query.created_after.as_deref(), "created_after", &mut v);
+    let created_before =
+        pagination::parse_datetime(query.created_before.as_deref(), "created_before", &mut v);
+    let limit = pagination::parse_limit(query.limit.as_deref(), &mut v);
+    pagination::check_cursor_length(query.cursor.as_deref(), &mut v);
+    v.into_result()?;
+    let scope = format!(
+        "orders|{}|{:?}|{:?}|{:?}",
+        caller.mode.as_str(),
+        query.status,
+        created_after.map(|t| t.timestamp_micros()),
+        created_before.map(|t| t.timestamp_micros())
+    );
+    let before = match pagination::decode_cursor(&state.cursors, &scope, query.cursor.as_deref())? {
+        Some(values) => Some(
+            time_id_keyset(&values)
+                .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor of this list"))?,
+        ),
+        None => None,
+    };
+    let mut rows = store::orders::list_orders(
+        &state.db,
+        caller.partner_id(),
+        caller.mode,
+        &OrderQuery {
+            status: query.status,
+            created_after,
+            created_before,
+            before,
+            limit: limit as u64 + 1,
+        },
+    )
+    .await?;
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let next_cursor = has_more
+        .then(|| {
+            rows.last().map(|o| {
+                state.cursors.encode(
+                    &scope,
+                    vec![o.created_at.timestamp_micros().into(), o.id.clone().into()],
+                )
+            })
+        })
+        .flatten();
+    let ids: Vec<String> = rows.iter().map(|o| o.id.clone()).collect();
+    let mut esims = store::orders::esims_of(&state.db, &ids).await?;
+    let data = rows
+        .into_iter()
+        .map(|order| {
+            let (mine, rest): (Vec<esim::Model>, Vec<esim::Model>) =
+                esims.drain(..).partition(|e| e.order_id == order.id);
+            esims = rest;
+            OrderView::new(order, mine)
+        })
+        .collect();
+    Ok(Json(ListEnvelope {
+        data,
+        has_more,
+        next_cursor,
+    }))
+}
+
+/// A (created_at in µs, id) keyset from a verified cursor.
+pub fn time_id_keyset(values: &[Value]) -> Option<(DateTime<Utc>, String)> {
+    match values {
+        [at, id] => Some((
+            DateTime::from_timestamp_micros(at.as_i64()?)?,
+            id.as_str()?.to_owned(),
+        )),
+        _ => None,
+    }
+}

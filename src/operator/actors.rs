@@ -1,0 +1,42 @@
+//! `GET /actors` and the fault-injection route.
+
+use axum::{
+    Json,
+    extract::{Path, State},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    app::AppState,
+    http::error::{ApiError, ErrorCode},
+};
+
+/// The live actors: kind, partner, mailbox length, restarts, start time.
+pub async fn list(State(state): State<AppState>) -> Json<Value> {
+    let accounts = state.accounts.list();
+    Json(json!({
+        "object": "list",
+        "data": accounts,
+        "account_restarts_total": state.accounts.total_restarts(),
+        "provisioning": state.accounts.provisioning().is_some(),
+    }))
+}
+
+/// `POST /actors/{partner_id}/fail`: makes the partner's account actor fail,
+/// so an operator can watch supervision restart it. Off unless
+/// `operator.fault_injection` is true.
+pub async fn fail(
+    State(state): State<AppState>,
+    Path(partner_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    if !state.fault_injection {
+        return Err(ApiError::new(ErrorCode::NotFound)
+            .with_message("Fault injection is off (operator.fault_injection)."));
+    }
+    crate::domain::ids::PartnerId::parse(&partner_id)
+        .map_err(|e| ApiError::invalid("partner_id", e.to_string()))?;
+    state.accounts.fail(&partner_id).await?;
+    Ok(Json(
+        json!({ "injected": "failure", "partner_id": partner_id }),
+    ))
+}

@@ -1,0 +1,535 @@
+//! Orders, units, profiles, idempotency keys and the ledger rows they write.
+//!
+//! Every money movement here is guarded twice: the float update is
+//! conditional (`balance >= amount` for a debit) and the ledger row carries a
+//! unique `movement_key`; a unit moves out of `pending` only once.
+
+use chrono::{DateTime, Utc};
+use entities::{esim, float, idempotency_key, ledger_entry, order, order_unit};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect,
+    sea_query::{Expr, ExprTrait},
+};
+use serde_json::Value;
+
+use crate::domain::{
+    ids::LedgerEntryId,
+    order::{self as rules, FailureCode},
+    partner::Mode,
+};
+
+/// Both floats of a partner: (live, sandbox).
+pub async fn balances<C: ConnectionTrait>(db: &C, partner_id: &str) -> Result<(i64, i64), DbErr> {
+    let rows = float::Entity::find()
+        .filter(float::Column::PartnerId.eq(partner_id))
+        .all(db)
+        .await?;
+    let of = |mode: Mode| {
+        rows.iter()
+            .find(|f| f.mode == mode.as_str())
+            .map_or(0, |f| f.balance_cents)
+    };
+    Ok((of(Mode::Live), of(Mode::Sandbox)))
+}
+
+/// What an Idempotency-Key of a partner is bound to.
+pub async fn find_key<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    key: &str,
+) -> Result<Option<idempotency_key::Model>, DbErr> {
+    idempotency_key::Entity::find_by_id((partner_id.to_owned(), key.to_owned()))
+        .one(db)
+        .await
+}
+
+/// Binds a key to a refusal (402, 403).
+pub async fn bind_refusal<C: ConnectionTrait>(
+    db: &C,
+    record: idempotency_key::Model,
+) -> Result<(), DbErr> {
+    idempotency_key::ActiveModel::from(record)
+        .insert(db)
+        .await
+        .map(|_| ())
+}
+
+/// An order ready to be written.
+#[derive(Debug, Clone)]
+pub struct NewOrder {
+    pub order: order::Model,
+    pub fingerprint: String,
+}
+
+/// Why an acceptance did not commit.
+#[derive(Debug)]
+pub enum AcceptError {
+    /// The conditional debit found less money than expected (another node moved it).
+    Insufficient,
+    /// The database refused (a unique key lost a race, or it is down).
+    Db(DbErr),
+}
+
+impl From<DbErr> for AcceptError {
+    fn from(err: DbErr) -> Self {
+        AcceptError::Db(err)
+    }
+}
+
+/// Debits the float and writes the order, its units, the key binding and
+/// (live) the purchase row. Returns the balance after the debit.
+pub async fn accept<C: ConnectionTrait>(
+    txn: &C,
+    new: &NewOrder,
+    mode: Mode,
+    now: DateTime<Utc>,
+) -> Result<i64, AcceptError> {
+    let order = &new.order;
+    let (balance_after, seq) = move_money(txn, &order.partner_id, mode, -order.total_cents, now)
+        .await?
+        .ok_or(AcceptError::Insufficient)?;
+    order::ActiveModel::from(order.clone()).insert(txn).await?;
+    let units: Vec<order_unit::ActiveModel> = (1..=order.quantity)
+        .map(|n| {
+            order_unit::ActiveModel::from(order_unit::Model {
+                id: unit_id(&order.id, n),
+                order_id: order.id.clone(),
+                unit_index: n,
+                status: rules::UNIT_PENDING.to_owned(),
+                supplier_order_no: None,
+                attempts: 0,
+                last_error: None,
+                updated_at: now,
+            })
+        })
+        .collect();
+    order_unit::Entity::insert_many(units).exec(txn).await?;
+    idempotency_key::ActiveModel::from(idempotency_key::Model {
+        partner_id: order.partner_id.clone(),
+        key: order.idempotency_key.clone(),
+        mode: order.mode.clone(),
+        fingerprint: new.fingerprint.clone(),
+        order_id: Some(order.id.clone()),
+        error_status: None,
+        error_body: None,
+        created_at: now,
+    })
+    .insert(txn)
+    .await?;
+    if let Some(seq) = seq {
+        insert_ledger(
+            txn,
+            LedgerRow {
+                partner_id: &order.partner_id,
+                seq,
+                kind: "purchase",
+                amount_cents: -order.total_cents,
+                balance_after_cents: balance_after,
+                description: format!("{} × {}", order.quantity, order.plan_id),
+                order_id: Some(&order.id),
+                deposit_id: None,
+                movement_key: Some(format!("{}:purchase", order.id)),
+                now,
+            },
+        )
+        .await?;
+    }
+    Ok(balance_after)
+}
+
+/// The id of an order's `n`-th unit (also the supplier transaction id).
+pub fn unit_id(order_id: &str, n: i32) -> String {
+    format!("{order_id}_{n}")
+}
+
+/// Moves `delta` cents on a float, refusing to go below zero for a debit.
+/// Returns the balance after and, for the live float, the ledger `seq` the
+/// movement takes; `None` when a debit would overdraw.
+pub async fn move_money<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    mode: Mode,
+    delta: i64,
+    now: DateTime<Utc>,
+) -> Result<Option<(i64, Option<i64>)>, DbErr> {
+    let mut update = float::Entity::update_many()
+        .col_expr(
+            float::Column::BalanceCents,
+            Expr::col(float::Column::BalanceCents).add(delta),
+        )
+        .col_expr(float::Column::UpdatedAt, Expr::value(now))
+        .filter(float::Column::PartnerId.eq(partner_id))
+        .filter(float::Column::Mode.eq(mode.as_str()));
+    if mode == Mode::Live {
+        update = update.col_expr(
+            float::Column::NextSeq,
+            Expr::col(float::Column::NextSeq).add(1),
+        );
+    }
+    if delta < 0 {
+        update = update.filter(float::Column::BalanceCents.gte(-delta));
+    }
+    if update.exec(db).await?.rows_affected != 1 {
+        return Ok(None);
+    }
+    let row = float::Entity::find_by_id((partner_id.to_owned(), mode.as_str().to_owned()))
+        .one(db)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound(format!("float {partner_id}/{}", mode.as_str())))?;
+    let seq = (mode == Mode::Live).then_some(row.next_seq - 1);
+    Ok(Some((row.balance_cents, seq)))
+}
+
+/// A ledger row to write.
+pub struct LedgerRow<'a> {
+    pub partner_id: &'a str,
+    pub seq: i64,
+    pub kind: &'a str,
+    pub amount_cents: i64,
+    pub balance_after_cents: i64,
+    pub description: String,
+    pub order_id: Option<&'a str>,
+    pub deposit_id: Option<&'a str>,
+    pub movement_key: Option<String>,
+    pub now: DateTime<Utc>,
+}
+
+pub async fn insert_ledger<C: ConnectionTrait>(
+    db: &C,
+    row: LedgerRow<'_>,
+) -> Result<ledger_entry::Model, DbErr> {
+    ledger_entry::ActiveModel::from(ledger_entry::Model {
+        id: LedgerEntryId::generate().into_string(),
+        partner_id: row.partner_id.to_owned(),
+        seq: row.seq,
+        kind: row.kind.to_owned(),
+        amount_cents: row.amount_cents,
+        balance_after_cents: row.balance_after_cents,
+        description: row.description,
+        order_id: row.order_id.map(str::to_owned),
+        deposit_id: row.deposit_id.map(str::to_owned),
+        movement_key: row.movement_key,
+        created_at: row.now,
+    })
+    .insert(db)
+    .await
+}
+
+/// An order of a partner in a mode.
+pub async fn find_order<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    mode: Mode,
+    id: &str,
+) -> Result<Option<order::Model>, DbErr> {
+    order::Entity::find_by_id(id.to_owned())
+        .filter(order::Column::PartnerId.eq(partner_id))
+        .filter(order::Column::Mode.eq(mode.as_str()))
+        .one(db)
+        .await
+}
+
+/// One order by id, whoever owns it (internal use).
+pub async fn get_order<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+) -> Result<Option<order::Model>, DbErr> {
+    order::Entity::find_by_id(id.to_owned()).one(db).await
+}
+
+/// Filters of the order list.
+#[derive(Debug, Default)]
+pub struct OrderQuery {
+    pub status: Option<String>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    /// Keyset of the last row served: (created_at, id), newest first.
+    pub before: Option<(DateTime<Utc>, String)>,
+    pub limit: u64,
+}
+
+/// A page of a partner's orders in one mode, newest first.
+pub async fn list_orders<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    mode: Mode,
+    query: &OrderQuery,
+) -> Result<Vec<order::Model>, DbErr> {
+    let mut select = order::Entity::find()
+        .filter(order::Column::PartnerId.eq(partner_id))
+        .filter(order::Column::Mode.eq(mode.as_str()));
+    if let Some(status) = &query.status {
+        select = select.filter(order::Column::Status.eq(status.as_str()));
+    }
+    if let Some(after) = query.created_after {
+        select = select.filter(order::Column::CreatedAt.gt(after));
+    }
+    if let Some(before) = query.created_before {
+        select = select.filter(order::Column::CreatedAt.lt(before));
+    }
+    if let Some((at, id)) = &query.before {
+        select = select.filter(
+            Condition::any().add(order::Column::CreatedAt.lt(*at)).add(
+                Condition::all()
+                    .add(order::Column::CreatedAt.eq(*at))
+                    .add(order::Column::Id.lt(id.as_str())),
+            ),
+        );
+    }
+    select
+        .order_by_desc(order::Column::CreatedAt)
+        .order_by_desc(order::Column::Id)
+        .limit(query.limit)
+        .all(db)
+        .await
+}
+
+/// The units of an order, in order.
+pub async fn units_of<C: ConnectionTrait>(
+    db: &C,
+    order_id: &str,
+) -> Result<Vec<order_unit::Model>, DbErr> {
+    order_unit::Entity::find()
+        .filter(order_unit::Column::OrderId.eq(order_id))
+        .order_by_asc(order_unit::Column::UnitIndex)
+        .all(db)
+        .await
+}
+
+/// The profiles delivered for some orders.
+pub async fn esims_of<C: ConnectionTrait>(
+    db: &C,
+    order_ids: &[String],
+) -> Result<Vec<esim::Model>, DbErr> {
+    if order_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    esim::Entity::find()
+        .filter(esim::Column::OrderId.is_in(order_ids.iter().cloned()))
+        .order_by_asc(esim::Column::UnitId)
+        .all(db)
+        .await
+}
+
+/// Takes the order for one provisioning pass if nobody holds it; counts the attempt.
+pub async fn claim<C: ConnectionTrait>(
+    db: &C,
+    order_id: &str,
+    now: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<bool, DbErr> {
+    let result = order::Entity::update_many()
+        .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
+        .col_expr(
+            order::Column::Attempts,
+            Expr::col(order::Column::Attempts).add(1),
+        )
+        .filter(order::Column::Id.eq(order_id))
+        .filter(order::Column::Status.eq(rules::PROCESSING))
+        .filter(
+            Condition::any()
+                .add(order::Column::ClaimedUntil.is_null())
+                .add(order::Column::ClaimedUntil.lt(now)),
+        )
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected == 1)
+}
+
+/// Lets go of an order after a pass.
+pub async fn release<C: ConnectionTrait>(db: &C, order_id: &str) -> Result<(), DbErr> {
+    order::Entity::update_many()
+        .col_expr(
+            order::Column::ClaimedUntil,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .filter(order::Column::Id.eq(order_id))
+        .exec(db)
+        .await
+        .map(|_| ())
+}
+
+/// Orders still `processing` that nobody holds, created before `older_than`.
+pub async fn stranded<C: ConnectionTrait>(
+    db: &C,
+    older_than: DateTime<Utc>,
+    now: DateTime<Utc>,
+    limit: u64,
+) -> Result<Vec<String>, DbErr> {
+    Ok(order::Entity::find()
+        .filter(order::Column::Status.eq(rules::PROCESSING))
+        .filter(order::Column::CreatedAt.lt(older_than))
+        .filter(
+            Condition::any()
+                .add(order::Column::ClaimedUntil.is_null())
+                .add(order::Column::ClaimedUntil.lt(now)),
+        )
+        .order_by_asc(order::Column::CreatedAt)
+        .limit(limit)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|o| o.id)
+        .collect())
+}
+
+/// Records the supplier's order number of a unit.
+pub async fn set_supplier_order<C: ConnectionTrait>(
+    db: &C,
+    unit_id: &str,
+    order_no: &str,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    order_unit::Entity::update_many()
+        .col_expr(order_unit::Column::SupplierOrderNo, Expr::value(order_no))
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
+        .filter(order_unit::Column::Id.eq(unit_id))
+        .exec(db)
+        .await
+        .map(|_| ())
+}
+
+/// Counts a failed attempt on a unit.
+pub async fn unit_failed_attempt<C: ConnectionTrait>(
+    db: &C,
+    unit_id: &str,
+    error: &str,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let error: String = error.chars().take(255).collect();
+    order_unit::Entity::update_many()
+        .col_expr(
+            order_unit::Column::Attempts,
+            Expr::col(order_unit::Column::Attempts).add(1),
+        )
+        .col_expr(order_unit::Column::LastError, Expr::value(error))
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
+        .filter(order_unit::Column::Id.eq(unit_id))
+        .exec(db)
+        .await
+        .map(|_| ())
+}
+
+/// Stores a delivered profile and marks its unit delivered, once.
+/// Returns false when the unit was already settled (nothing written).
+pub async fn deliver_unit<C: ConnectionTrait>(
+    txn: &C,
+    profile: esim::Model,
+    now: DateTime<Utc>,
+) -> Result<bool, DbErr> {
+    let settled = order_unit::Entity::update_many()
+        .col_expr(
+            order_unit::Column::Status,
+            Expr::value(rules::UNIT_DELIVERED),
+        )
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
+        .filter(order_unit::Column::Id.eq(profile.unit_id.as_str()))
+        .filter(order_unit::Column::Status.eq(rules::UNIT_PENDING))
+        .exec(txn)
+        .await?;
+    if settled.rows_affected != 1 {
+        return Ok(false);
+    }
+    esim::ActiveModel::from(profile).insert(txn).await?;
+    Ok(true)
+}
+
+/// Refunds one pending unit: marks it refunded, credits the float, writes
+/// (live) a `refund` row, and adds to the order's `refunded_cents`.
+/// Returns the balance after, or `None` when the unit was already settled.
+pub async fn refund_unit<C: ConnectionTrait>(
+    txn: &C,
+    order: &order::Model,
+    unit_id: &str,
+    failure: FailureCode,
+    now: DateTime<Utc>,
+) -> Result<Option<i64>, DbErr> {
+    let settled = order_unit::Entity::update_many()
+        .col_expr(
+            order_unit::Column::Status,
+            Expr::value(rules::UNIT_REFUNDED),
+        )
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
+        .filter(order_unit::Column::Id.eq(unit_id))
+        .filter(order_unit::Column::Status.eq(rules::UNIT_PENDING))
+        .exec(txn)
+        .await?;
+    if settled.rows_affected != 1 {
+        return Ok(None);
+    }
+    let mode = Mode::parse(&order.mode).unwrap_or(Mode::Sandbox);
+    let amount = order.unit_price_cents;
+    let (balance_after, seq) = move_money(txn, &order.partner_id, mode, amount, now)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("float".into()))?;
+    if let Some(seq) = seq {
+        insert_ledger(
+            txn,
+            LedgerRow {
+                partner_id: &order.partner_id,
+                seq,
+                kind: "refund",
+                amount_cents: amount,
+                balance_after_cents: balance_after,
+                description: format!(
+                    "refund of undelivered unit {unit_id} ({})",
+                    failure.as_str()
+                ),
+                order_id: Some(&order.id),
+                deposit_id: None,
+                movement_key: Some(format!("{unit_id}:refund")),
+                now,
+            },
+        )
+        .await?;
+    }
+    order::Entity::update_many()
+        .col_expr(
+            order::Column::RefundedCents,
+            Expr::col(order::Column::RefundedCents).add(amount),
+        )
+        .col_expr(order::Column::FailureCode, Expr::value(failure.as_str()))
+        .filter(order::Column::Id.eq(order.id.as_str()))
+        .exec(txn)
+        .await?;
+    Ok(Some(balance_after))
+}
+
+/// Settles the order once no unit is pending. Returns the final status if
+/// this call settled it.
+pub async fn finalize<C: ConnectionTrait>(
+    db: &C,
+    order_id: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<&'static str>, DbErr> {
+    let units = units_of(db, order_id).await?;
+    let count = |status: &str| units.iter().filter(|u| u.status == status).count();
+    let Some(status) = rules::settled_status(
+        count(rules::UNIT_DELIVERED),
+        count(rules::UNIT_REFUNDED),
+        count(rules::UNIT_PENDING),
+    ) else {
+        return Ok(None);
+    };
+    let result = order::Entity::update_many()
+        .col_expr(order::Column::Status, Expr::value(status))
+        .col_expr(order::Column::CompletedAt, Expr::value(Some(now)))
+        .col_expr(
+            order::Column::ClaimedUntil,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .filter(order::Column::Id.eq(order_id))
+        .filter(order::Column::Status.eq(rules::PROCESSING))
+        .exec(db)
+        .await?;
+    Ok((result.rows_affected == 1).then_some(status))
+}
+
+/// The body a key bound to a refusal replays.
+pub fn refusal_body(record: &idempotency_key::Model) -> Option<(u16, Value)> {
+    Some((
+        u16::try_from(record.error_status?).ok()?,
+        record.error_body.clone()?,
+    ))
+}

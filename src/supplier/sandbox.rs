@@ -1,0 +1,109 @@
+//! The supplier sandbox orders use: in process, no money, no network.
+//! Fixture plans behave as documented: `pl_sandbox_supplier_error` fails every
+//! unit, `pl_sandbox_partial` fails every even unit, `pl_sandbox_slow` takes
+//! `sandbox.slow_provisioning_ms` to allocate.
+
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use async_trait::async_trait;
+
+use super::{Allocation, Profile, Supplier, SupplierError, Usage};
+use crate::domain::esim;
+
+/// SM-DP+ address of sandbox profiles.
+pub const SANDBOX_SMDP: &str = "smdp.sandbox.esim-reseller.invalid";
+
+pub struct SandboxSupplier {
+    slow: Duration,
+    orders: Mutex<HashMap<String, (Instant, String)>>,
+}
+
+impl SandboxSupplier {
+    pub fn new(slow: Duration) -> Self {
+        Self {
+            slow,
+            orders: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// The unit number at the end of a unit id (`po_x_3` → 3).
+fn unit_number(transaction_id: &str) -> u64 {
+    transaction_id
+        .rsplit('_')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+/// A deterministic profile for a transaction.
+pub fn profile_for(transaction_id: &str, smdp: &str) -> Profile {
+    let digest = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
+        transaction_id.as_bytes(),
+    ));
+    let serial =
+        u64::from_be_bytes(digest[..8].try_into().unwrap_or([0; 8])) % 1_000_000_000_000_000;
+    let matching = hex::encode_upper(&digest[8..20]);
+    Profile {
+        iccid: esim::iccid_from_serial("99", serial),
+        activation_code: esim::activation_code(smdp, &matching),
+    }
+}
+
+#[async_trait]
+impl Supplier for SandboxSupplier {
+    async fn place_order(
+        &self,
+        transaction_id: &str,
+        package_code: &str,
+    ) -> Result<String, SupplierError> {
+        let fails = match package_code {
+            "pl_sandbox_supplier_error" => true,
+            "pl_sandbox_partial" => unit_number(transaction_id).is_multiple_of(2),
+            _ => false,
+        };
+        if fails {
+            return Err(SupplierError::Refused("sandbox fixture: no stock".into()));
+        }
+        let delay = if package_code == "pl_sandbox_slow" {
+            self.slow
+        } else {
+            Duration::ZERO
+        };
+        let order_no = format!("SBX{}", &transaction_id.replace('_', ""));
+        self.orders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(order_no.clone())
+            .or_insert((Instant::now() + delay, transaction_id.to_owned()));
+        Ok(order_no)
+    }
+
+    async fn query(&self, order_no: &str) -> Result<Allocation, SupplierError> {
+        let entry = self
+            .orders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(order_no)
+            .cloned();
+        match entry {
+            None => Err(SupplierError::Refused("unknown order".into())),
+            Some((ready_at, _)) if Instant::now() < ready_at => Ok(Allocation::Pending),
+            Some((_, transaction_id)) => Ok(Allocation::Ready(profile_for(
+                &transaction_id,
+                SANDBOX_SMDP,
+            ))),
+        }
+    }
+
+    async fn usage(&self, _iccid: &str) -> Result<Usage, SupplierError> {
+        Ok(Usage {
+            data_used_mb: 0,
+            data_total_mb: 0,
+        })
+    }
+}
