@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use entities::{idempotency_key, order};
+use entities::{idempotency_key, ledger_entry, order};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::Value;
 
@@ -66,8 +66,27 @@ pub enum AccountMsg {
         failure: FailureCode,
         reply: RpcReplyPort<Result<(), String>>,
     },
+    /// An operator's movement on the live float: one ledger row.
+    Movement(
+        Movement,
+        RpcReplyPort<Result<ledger_entry::Model, ApiError>>,
+    ),
+    /// Sets the sandbox float (play money, no ledger row).
+    SetSandboxFloat(i64, RpcReplyPort<Result<(), ApiError>>),
     /// Fault injection: fail this actor (the directory restarts it).
     Fail,
+}
+
+/// An operator's money movement.
+#[derive(Debug, Clone)]
+pub struct Movement {
+    /// `adjustment`, `payout`, `chargeback`.
+    pub kind: String,
+    /// Signed cents.
+    pub amount_cents: i64,
+    pub description: String,
+    /// Whether the float may go below zero (chargebacks).
+    pub allow_overdraft: bool,
 }
 
 /// What an account actor needs.
@@ -191,6 +210,22 @@ impl Actor for AccountActor {
                         .await
                         .map_err(|e| e.to_string()),
                 );
+            }
+            AccountMsg::Movement(movement, reply) => {
+                let _ = reply.send(apply_movement(state, movement).await);
+            }
+            AccountMsg::SetSandboxFloat(cents, reply) => {
+                let result = store::orders::set_sandbox_float(
+                    &state.args.db,
+                    &state.args.partner_id,
+                    cents,
+                    time::now(),
+                )
+                .await;
+                if matches!(result, Ok(true)) {
+                    state.sandbox_cents = cents;
+                }
+                let _ = reply.send(result.map(|_| ()).map_err(ApiError::from));
             }
             AccountMsg::Fail => return Err("fault injected by the operator".into()),
         }
@@ -425,6 +460,54 @@ async fn refund(
     }
     store::orders::finalize(&db, order_id, time::now()).await?;
     Ok(())
+}
+
+/// Moves money on the live float and writes its ledger row, in one transaction.
+async fn apply_movement(
+    state: &mut AccountState,
+    movement: Movement,
+) -> Result<ledger_entry::Model, ApiError> {
+    let db = state.args.db.clone();
+    let now = time::now();
+    let txn = store::begin_write(&db).await?;
+    let moved = store::orders::move_money_with(
+        &txn,
+        &state.args.partner_id,
+        Mode::Live,
+        movement.amount_cents,
+        movement.allow_overdraft,
+        now,
+    )
+    .await?;
+    let Some((balance_after, Some(seq))) = moved else {
+        drop(txn);
+        state.reload_balances().await?;
+        return Err(insufficient(
+            Mode::Live,
+            state.live_cents,
+            -movement.amount_cents,
+        ));
+    };
+    let entry = store::orders::insert_ledger(
+        &txn,
+        store::orders::LedgerRow {
+            partner_id: &state.args.partner_id,
+            seq,
+            kind: &movement.kind,
+            amount_cents: movement.amount_cents,
+            balance_after_cents: balance_after,
+            description: movement.description,
+            order_id: None,
+            deposit_id: None,
+            movement_key: None,
+            now,
+        },
+    )
+    .await?;
+    txn.commit().await?;
+    state.live_cents = balance_after;
+    tracing::info!(partner_id = %state.args.partner_id, kind = %entry.kind, amount_cents = entry.amount_cents, balance_after, "money moved by the operator");
+    Ok(entry)
 }
 
 /// The order body's metadata as stored.

@@ -13,11 +13,12 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
+use entities::ledger_entry;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, rpc::CallResult};
 use serde::Serialize;
 
 use super::{
-    account::{AccountActor, AccountArgs, AccountMsg, Decision, PlaceOrder},
+    account::{AccountActor, AccountArgs, AccountMsg, Decision, Movement, PlaceOrder},
     log_lifecycle,
     provisioning::ProvisioningMsg,
 };
@@ -156,6 +157,52 @@ impl Accounts {
             _ => {
                 self.forget(partner_id, &actor);
                 Err(format!("account actor of {partner_id} did not answer"))
+            }
+        }
+    }
+
+    /// Asks the partner's actor to move money on the live float.
+    pub async fn movement(
+        &self,
+        partner_id: &str,
+        movement: Movement,
+    ) -> Result<ledger_entry::Model, ApiError> {
+        let (actor, queued, _) = self.actor_for(partner_id).await?;
+        queued.fetch_add(1, Ordering::Relaxed);
+        let answer = actor
+            .call(
+                |reply| AccountMsg::Movement(movement, reply),
+                Some(CALL_TIMEOUT),
+            )
+            .await;
+        queued.fetch_sub(1, Ordering::Relaxed);
+        match answer {
+            Ok(CallResult::Success(result)) => result,
+            _ => {
+                self.forget(partner_id, &actor);
+                Err(ApiError::internal(format_args!(
+                    "account actor of {partner_id} did not answer"
+                )))
+            }
+        }
+    }
+
+    /// Asks the partner's actor to set the sandbox float.
+    pub async fn set_sandbox_float(&self, partner_id: &str, cents: i64) -> Result<(), ApiError> {
+        let (actor, _, _) = self.actor_for(partner_id).await?;
+        match actor
+            .call(
+                |reply| AccountMsg::SetSandboxFloat(cents, reply),
+                Some(CALL_TIMEOUT),
+            )
+            .await
+        {
+            Ok(CallResult::Success(result)) => result,
+            _ => {
+                self.forget(partner_id, &actor);
+                Err(ApiError::internal(format_args!(
+                    "account actor of {partner_id} did not answer"
+                )))
             }
         }
     }

@@ -44,6 +44,30 @@ pub enum AdminCommand {
     Destinations(DestinationsCommand),
     /// The live actors: kind, partner, mailbox length, restarts.
     Actors,
+    /// Money on a partner's floats.
+    #[command(subcommand)]
+    Money(MoneyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MoneyCommand {
+    /// Move money on the live float: one ledger row.
+    Move {
+        partner_id: String,
+        /// `adjustment` (either sign), `payout` or `chargeback` (negative).
+        #[arg(long)]
+        kind: String,
+        /// Signed cents, e.g. 50000 or -2500.
+        #[arg(long, allow_hyphen_values = true)]
+        amount_cents: i64,
+        #[arg(long)]
+        description: String,
+    },
+    /// Set the sandbox float (play money).
+    SandboxFloat {
+        partner_id: String,
+        balance_cents: i64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -326,6 +350,24 @@ fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<(Method, String, Op
             Some(json!({ "withdrawn": false })),
         ),
         AdminCommand::Actors => (Method::GET, "/actors".to_owned(), None),
+        AdminCommand::Money(MoneyCommand::Move {
+            partner_id,
+            kind,
+            amount_cents,
+            description,
+        }) => (
+            Method::POST,
+            format!("/partners/{partner_id}/movements"),
+            Some(json!({ "kind": kind, "amount_cents": amount_cents, "description": description })),
+        ),
+        AdminCommand::Money(MoneyCommand::SandboxFloat {
+            partner_id,
+            balance_cents,
+        }) => (
+            Method::PUT,
+            format!("/partners/{partner_id}/sandbox-float"),
+            Some(json!({ "balance_cents": balance_cents })),
+        ),
         AdminCommand::Key(KeyCommand::Revoke { key_id }) => {
             (Method::POST, format!("/keys/{key_id}/revoke"), None)
         }

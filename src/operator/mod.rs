@@ -7,6 +7,7 @@ mod catalogue;
 pub mod cli;
 pub mod client;
 mod keys;
+pub mod money;
 mod partners;
 mod views;
 
@@ -16,7 +17,7 @@ use axum::{
     http::header,
     middleware::{self, Next},
     response::Response,
-    routing::{get, patch, post},
+    routing::{get, patch, post, put},
 };
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
@@ -36,6 +37,11 @@ pub fn routes(state: AppState) -> Router<AppState> {
             get(partners::show).patch(partners::update),
         )
         .route("/partners/{id}/keys", post(keys::issue))
+        .route("/partners/{id}/movements", post(money::create_movement))
+        .route(
+            "/partners/{id}/sandbox-float",
+            put(money::set_sandbox_float),
+        )
         .route("/keys/{id}", patch(keys::update))
         .route("/actors", get(actors::list))
         .route("/actors/{partner_id}/fail", post(actors::fail))

@@ -153,6 +153,19 @@ pub async fn move_money<C: ConnectionTrait>(
     delta: i64,
     now: DateTime<Utc>,
 ) -> Result<Option<(i64, Option<i64>)>, DbErr> {
+    move_money_with(db, partner_id, mode, delta, false, now).await
+}
+
+/// [`move_money`], optionally letting a debit take the float below zero
+/// (a chargeback: the money is gone whatever the balance says).
+pub async fn move_money_with<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    mode: Mode,
+    delta: i64,
+    allow_overdraft: bool,
+    now: DateTime<Utc>,
+) -> Result<Option<(i64, Option<i64>)>, DbErr> {
     let mut update = float::Entity::update_many()
         .col_expr(
             float::Column::BalanceCents,
@@ -167,7 +180,7 @@ pub async fn move_money<C: ConnectionTrait>(
             Expr::col(float::Column::NextSeq).add(1),
         );
     }
-    if delta < 0 {
+    if delta < 0 && !allow_overdraft {
         update = update.filter(float::Column::BalanceCents.gte(-delta));
     }
     if update.exec(db).await?.rows_affected != 1 {
@@ -214,6 +227,23 @@ pub async fn insert_ledger<C: ConnectionTrait>(
     })
     .insert(db)
     .await
+}
+
+/// Sets the sandbox float to an amount (play money: no ledger row).
+pub async fn set_sandbox_float<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    cents: i64,
+    now: DateTime<Utc>,
+) -> Result<bool, DbErr> {
+    let result = float::Entity::update_many()
+        .col_expr(float::Column::BalanceCents, Expr::value(cents))
+        .col_expr(float::Column::UpdatedAt, Expr::value(now))
+        .filter(float::Column::PartnerId.eq(partner_id))
+        .filter(float::Column::Mode.eq(Mode::Sandbox.as_str()))
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected == 1)
 }
 
 /// An order of a partner in a mode.

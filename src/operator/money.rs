@@ -1,0 +1,145 @@
+//! Operator money routes: `POST /partners/{id}/movements` and
+//! `PUT /partners/{id}/sandbox-float`. Both go through the partner's account
+//! actor, never straight to the database.
+//!
+//! An `adjustment` may be of either sign; a `payout` or a `chargeback` is
+//! negative. Adjustments and payouts never take the live float below zero
+//! (402 `balance.insufficient`); a chargeback may, because the money has
+//! already left whatever the float says.
+
+use axum::{
+    Json,
+    extract::{Path, State},
+    http::StatusCode,
+};
+use chrono::{DateTime, Utc};
+use entities::ledger_entry;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::partners::{parse_partner_id, partner_not_found};
+use crate::{
+    actors::account::Movement,
+    app::AppState,
+    http::error::{ApiError, Violations},
+    http::extract::StrictJson,
+    store,
+};
+
+/// The Ledger entry resource.
+#[derive(Debug, Serialize)]
+pub struct LedgerEntryView {
+    pub object: &'static str,
+    pub id: String,
+    pub seq: i64,
+    pub kind: String,
+    pub amount_cents: i64,
+    pub balance_after_cents: i64,
+    pub description: String,
+    pub order_id: Option<String>,
+    pub deposit_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl LedgerEntryView {
+    pub fn new(row: ledger_entry::Model) -> Self {
+        Self {
+            object: "ledger_entry",
+            id: row.id,
+            seq: row.seq,
+            kind: row.kind,
+            amount_cents: row.amount_cents,
+            balance_after_cents: row.balance_after_cents,
+            description: row.description,
+            order_id: row.order_id,
+            deposit_id: row.deposit_id,
+            created_at: row.created_at,
+        }
+    }
+}
+
+/// Body of `POST /partners/{id}/movements`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MovementBody {
+    kind: String,
+    amount_cents: i64,
+    description: String,
+}
+
+/// Largest single movement: $10,000,000.
+const MAX_MOVEMENT_CENTS: i64 = 1_000_000_000;
+
+#[tracing::instrument(skip_all, fields(partner_id = %id))]
+pub async fn create_movement(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StrictJson(body): StrictJson<MovementBody>,
+) -> Result<(StatusCode, Json<LedgerEntryView>), ApiError> {
+    let id = parse_partner_id(&id)?;
+    let mut v = Violations::default();
+    match body.kind.as_str() {
+        "adjustment" => v.check(body.amount_cents == 0, "amount_cents", "must not be zero"),
+        "payout" | "chargeback" => v.check(
+            body.amount_cents >= 0,
+            "amount_cents",
+            "must be negative for a payout or a chargeback",
+        ),
+        _ => v.add("kind", "must be adjustment, payout or chargeback"),
+    }
+    v.check(
+        body.amount_cents.abs() > MAX_MOVEMENT_CENTS,
+        "amount_cents",
+        "must be at most 1000000000 cents either way",
+    );
+    let description = body.description.trim().to_owned();
+    v.check(
+        description.is_empty() || description.chars().count() > 255,
+        "description",
+        "must be 1 to 255 characters",
+    );
+    v.into_result()?;
+    store::partners::find(&state.db, id.as_str())
+        .await?
+        .ok_or_else(partner_not_found)?;
+    let movement = Movement {
+        allow_overdraft: body.kind == "chargeback",
+        kind: body.kind,
+        amount_cents: body.amount_cents,
+        description,
+    };
+    let entry = state.accounts.movement(id.as_str(), movement).await?;
+    Ok((StatusCode::CREATED, Json(LedgerEntryView::new(entry))))
+}
+
+/// Body of `PUT /partners/{id}/sandbox-float`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxFloatBody {
+    balance_cents: i64,
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %id))]
+pub async fn set_sandbox_float(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StrictJson(body): StrictJson<SandboxFloatBody>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_partner_id(&id)?;
+    if !(0..=MAX_MOVEMENT_CENTS).contains(&body.balance_cents) {
+        return Err(ApiError::invalid(
+            "balance_cents",
+            "must be from 0 to 1000000000",
+        ));
+    }
+    store::partners::find(&state.db, id.as_str())
+        .await?
+        .ok_or_else(partner_not_found)?;
+    state
+        .accounts
+        .set_sandbox_float(id.as_str(), body.balance_cents)
+        .await?;
+    Ok(Json(
+        json!({ "object": "balance", "mode": "sandbox", "balance_cents": body.balance_cents, "currency": "USD" }),
+    ))
+}
