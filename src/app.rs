@@ -33,6 +33,7 @@ use crate::{
     auth::KeyDirectory,
     catalogue::{self, Catalogue},
     config::{SANDBOX_BAND, Settings, TierSettings},
+    deposits::Deposits,
     docs,
     domain::cursor::CursorCodec,
     domain::rate::{Band, Window},
@@ -42,8 +43,13 @@ use crate::{
         error::{ApiError, ErrorCode},
     },
     limits::Limiter,
-    operator, simulators,
-    simulators::supplier::{Faults, SupplierSim},
+    operator,
+    payments::{PaymentProvider, btcpay::BtcPayClient},
+    simulators,
+    simulators::{
+        payments::PaymentsSim,
+        supplier::{Faults, SupplierSim},
+    },
     store::{self, Db},
     supplier::{Supplier, esim_access::EsimAccessClient, sandbox::SandboxSupplier},
 };
@@ -90,6 +96,8 @@ pub struct Shared {
     pub suppliers: Suppliers,
     /// Whether the operator may inject actor failures.
     pub fault_injection: bool,
+    /// Crypto deposits.
+    pub deposits: Deposits,
 }
 
 /// The supplier of each mode.
@@ -120,6 +128,7 @@ pub struct Application {
     simulators: Option<TcpListener>,
     simulators_addr: Option<SocketAddr>,
     supplier_sim: Arc<SupplierSim>,
+    payments_sim: Arc<PaymentsSim>,
     services: Option<ActorRef<ServicesMsg>>,
 }
 
@@ -169,6 +178,18 @@ impl Application {
             Duration::from_secs(settings.accounts.idle_seconds),
         )
         .await?;
+        let payments_sim = PaymentsSim::new(
+            settings.payments.api_key.expose_secret(),
+            settings.payments.webhook_secret.expose_secret(),
+        );
+        payments_sim.set_callback_url(format!("http://{public_addr}/callbacks/btcpay"));
+        let deposits = Deposits::new(
+            db.clone(),
+            build_payment_provider(&settings, simulators_addr)?,
+            accounts.clone(),
+            settings.payments.webhook_secret.clone(),
+            settings.payments.invoice_minutes,
+        );
         let services = if settings.provisioning.enabled {
             let provisioning = ProvisioningArgs {
                 db: db.clone(),
@@ -188,6 +209,7 @@ impl Application {
                 accounts: accounts.clone(),
                 interval: Duration::from_secs(settings.reconciler.interval_seconds),
                 grace: Duration::from_secs(settings.reconciler.grace_seconds),
+                deposits: Some(deposits.clone()),
             };
             let (services, _) = Actor::spawn(
                 None,
@@ -225,6 +247,7 @@ impl Application {
             accounts,
             suppliers,
             fault_injection: settings.operator.fault_injection,
+            deposits,
             catalogue,
             cursors: CursorCodec::new(settings.cursor.secret.expose_secret().as_bytes()),
             db,
@@ -247,6 +270,7 @@ impl Application {
             simulators,
             simulators_addr,
             supplier_sim,
+            payments_sim,
             services,
         })
     }
@@ -292,6 +316,7 @@ impl Application {
         let public_router = Router::new()
             .nest("/partner/v1", http::partner_routes(&self.state))
             .nest("/docs", docs::routes())
+            .nest("/callbacks", http::callback_routes())
             .with_state(self.state.clone());
         let operator_router = Router::new()
             .nest("/operator/v1", operator::routes(self.state.clone()))
@@ -318,7 +343,10 @@ impl Application {
                     serve(
                         listener,
                         finish(
-                            simulators::routes(self.supplier_sim.clone()),
+                            simulators::routes(
+                                self.supplier_sim.clone(),
+                                self.payments_sim.clone(),
+                            ),
                             &envelope_ctx,
                             self.operator_body_limit,
                         ),
@@ -367,6 +395,26 @@ fn build_suppliers(
             settings.sandbox.slow_provisioning_ms,
         ))),
     })
+}
+
+/// The payment provider: the configured BTCPay server, or the simulator on
+/// this node, or none (then `POST /deposits` answers 503).
+fn build_payment_provider(
+    settings: &Settings,
+    simulators_addr: Option<SocketAddr>,
+) -> anyhow::Result<Option<Arc<dyn PaymentProvider>>> {
+    let base_url = match (&settings.payments.base_url, simulators_addr) {
+        (Some(url), _) => url.clone(),
+        (None, Some(addr)) => format!("http://{addr}"),
+        (None, None) => return Ok(None),
+    };
+    let client = BtcPayClient::new(
+        &base_url,
+        &settings.payments.store_id,
+        settings.payments.api_key.clone(),
+        Duration::from_secs(15),
+    )?;
+    Ok(Some(Arc::new(client)))
 }
 
 /// Notices catalogue changes made through other nodes.

@@ -6,6 +6,7 @@
 
 pub mod api_key;
 pub mod catalogue_version;
+pub mod deposit;
 pub mod destination;
 pub mod esim;
 pub mod float;
@@ -15,3 +16,5 @@ pub mod order;
 pub mod order_unit;
 pub mod partner;
 pub mod plan;
+pub mod provider_delivery;
+pub mod review;

@@ -7,6 +7,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261122_000001_accounts;
 mod m20261122_000002_catalogue;
 mod m20261122_000003_orders;
+mod m20261122_000004_deposits;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -18,6 +19,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000001_accounts::Migration),
             Box::new(m20261122_000002_catalogue::Migration),
             Box::new(m20261122_000003_orders::Migration),
+            Box::new(m20261122_000004_deposits::Migration),
         ]
     }
 }

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use entities::{idempotency_key, ledger_entry, order};
+use entities::{deposit, idempotency_key, ledger_entry, order};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::Value;
 
@@ -73,6 +73,10 @@ pub enum AccountMsg {
     ),
     /// Sets the sandbox float (play money, no ledger row).
     SetSandboxFloat(i64, RpcReplyPort<Result<(), ApiError>>),
+    /// Credit a confirmed crypto deposit with what arrived (once).
+    CreditDeposit(String, i64, RpcReplyPort<Result<bool, ApiError>>),
+    /// Record an operator's wire deposit, already credited.
+    WireDeposit(i64, String, RpcReplyPort<Result<deposit::Model, ApiError>>),
     /// Fault injection: fail this actor (the directory restarts it).
     Fail,
 }
@@ -226,6 +230,12 @@ impl Actor for AccountActor {
                     state.sandbox_cents = cents;
                 }
                 let _ = reply.send(result.map(|_| ()).map_err(ApiError::from));
+            }
+            AccountMsg::CreditDeposit(deposit_id, amount, reply) => {
+                let _ = reply.send(credit_deposit(state, &deposit_id, amount).await);
+            }
+            AccountMsg::WireDeposit(amount, reference, reply) => {
+                let _ = reply.send(wire_deposit(state, amount, &reference).await);
             }
             AccountMsg::Fail => return Err("fault injected by the operator".into()),
         }
@@ -508,6 +518,55 @@ async fn apply_movement(
     state.live_cents = balance_after;
     tracing::info!(partner_id = %state.args.partner_id, kind = %entry.kind, amount_cents = entry.amount_cents, balance_after, "money moved by the operator");
     Ok(entry)
+}
+
+/// Credits a crypto deposit in one transaction; `false` if it was already credited.
+async fn credit_deposit(
+    state: &mut AccountState,
+    deposit_id: &str,
+    amount: i64,
+) -> Result<bool, ApiError> {
+    let db = state.args.db.clone();
+    let Some(deposit) = store::deposits::get(&db, deposit_id).await? else {
+        return Ok(false);
+    };
+    let txn = store::begin_write(&db).await?;
+    let credited = store::deposits::credit(&txn, &deposit, amount, time::now()).await;
+    match credited {
+        Ok(Some((balance_after, entry))) => {
+            txn.commit().await?;
+            state.live_cents = balance_after;
+            tracing::info!(partner_id = %deposit.partner_id, deposit_id, amount_cents = amount, ledger_entry_id = %entry.id, "deposit credited");
+            Ok(true)
+        }
+        Ok(None) => Ok(false),
+        Err(err) if store::is_unique_violation(&err) => Ok(false),
+        Err(err) => Err(ApiError::from(err)),
+    }
+}
+
+/// Records a wire deposit already credited.
+async fn wire_deposit(
+    state: &mut AccountState,
+    amount: i64,
+    reference: &str,
+) -> Result<deposit::Model, ApiError> {
+    let db = state.args.db.clone();
+    let txn = store::begin_write(&db).await?;
+    match store::deposits::record_wire(&txn, &state.args.partner_id, amount, reference, time::now())
+        .await
+    {
+        Ok((deposit, balance_after)) => {
+            txn.commit().await?;
+            state.live_cents = balance_after;
+            tracing::info!(partner_id = %deposit.partner_id, deposit_id = %deposit.id, amount_cents = amount, "wire deposit recorded");
+            Ok(deposit)
+        }
+        Err(err) if store::is_unique_violation(&err) => Err(ApiError::new(ErrorCode::Conflict)
+            .with_message("A deposit with this reference exists for this partner.")
+            .with_param("reference")),
+        Err(err) => Err(ApiError::from(err)),
+    }
 }
 
 /// The order body's metadata as stored.

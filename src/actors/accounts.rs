@@ -187,6 +187,58 @@ impl Accounts {
         }
     }
 
+    /// Asks the partner's actor to credit a confirmed crypto deposit.
+    pub async fn credit_deposit(
+        &self,
+        partner_id: &str,
+        deposit_id: &str,
+        amount_cents: i64,
+    ) -> Result<bool, ApiError> {
+        let (actor, _, _) = self.actor_for(partner_id).await?;
+        let deposit_id = deposit_id.to_owned();
+        match actor
+            .call(
+                |reply| AccountMsg::CreditDeposit(deposit_id, amount_cents, reply),
+                Some(CALL_TIMEOUT),
+            )
+            .await
+        {
+            Ok(CallResult::Success(result)) => result,
+            _ => {
+                self.forget(partner_id, &actor);
+                Err(ApiError::internal(format_args!(
+                    "account actor of {partner_id} did not answer"
+                )))
+            }
+        }
+    }
+
+    /// Asks the partner's actor to record a wire deposit.
+    pub async fn wire_deposit(
+        &self,
+        partner_id: &str,
+        amount_cents: i64,
+        reference: &str,
+    ) -> Result<entities::deposit::Model, ApiError> {
+        let (actor, _, _) = self.actor_for(partner_id).await?;
+        let reference = reference.to_owned();
+        match actor
+            .call(
+                |reply| AccountMsg::WireDeposit(amount_cents, reference, reply),
+                Some(CALL_TIMEOUT),
+            )
+            .await
+        {
+            Ok(CallResult::Success(result)) => result,
+            _ => {
+                self.forget(partner_id, &actor);
+                Err(ApiError::internal(format_args!(
+                    "account actor of {partner_id} did not answer"
+                )))
+            }
+        }
+    }
+
     /// Asks the partner's actor to set the sandbox float.
     pub async fn set_sandbox_float(&self, partner_id: &str, cents: i64) -> Result<(), ApiError> {
         let (actor, _, _) = self.actor_for(partner_id).await?;

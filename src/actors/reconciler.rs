@@ -27,6 +27,8 @@ pub struct ReconcilerArgs {
     pub interval: Duration,
     /// Orders younger than this are left to the provisioning already under way.
     pub grace: Duration,
+    /// Crypto deposits to lapse and to ask the provider about.
+    pub deposits: Option<crate::deposits::Deposits>,
 }
 
 pub struct ReconcilerActor;
@@ -77,6 +79,11 @@ impl Actor for ReconcilerActor {
                 }
             }
             Err(err) => tracing::warn!(error = %err, "reconciler pass failed"),
+        }
+        if let Some(deposits) = &args.deposits {
+            // Ask about a pending invoice when its callback has been quiet for two passes.
+            let quiet_for = chrono::Duration::from_std(args.interval * 2).unwrap_or_default();
+            deposits.reconcile(quiet_for).await;
         }
         Ok(())
     }

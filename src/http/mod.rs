@@ -3,6 +3,7 @@
 //! (that is the account actors).
 
 pub mod auth;
+pub mod deposits;
 pub mod envelope;
 pub mod error;
 pub mod esims;
@@ -20,6 +21,12 @@ use axum::{
 
 use crate::{app::AppState, domain::rate::RateClass};
 
+/// The payment provider's callbacks (`/callbacks/...`), authenticated by
+/// their signature, not by a partner key.
+pub fn callback_routes() -> Router<AppState> {
+    Router::new().route("/btcpay", post(deposits::btcpay_callback))
+}
+
 /// Routes under `/partner/v1`: `/health` open, the rest behind the
 /// authentication layer of their rate class.
 pub fn partner_routes(state: &AppState) -> Router<AppState> {
@@ -33,9 +40,13 @@ pub fn partner_routes(state: &AppState) -> Router<AppState> {
         .route("/esims", get(esims::list))
         .route("/esims/{iccid}", get(esims::show))
         .route("/esims/{iccid}/install", get(esims::install))
-        .route("/esims/{iccid}/usage", get(esims::usage));
+        .route("/esims/{iccid}/usage", get(esims::usage))
+        .route("/deposits/{id}", get(deposits::show))
+        .route("/ledger", get(deposits::ledger));
     let catalogue = Router::new().route("/plans", get(plans::list));
     let list_orders = Router::new().route("/orders", get(orders::list));
+    let list_deposits = Router::new().route("/deposits", get(deposits::list));
+    let write_deposits = Router::new().route("/deposits", post(deposits::create));
     // POST /orders gates in the handler: a gating refusal binds the Idempotency-Key.
     let write_orders = Router::new().route("/orders", post(orders::create));
     Router::new()
@@ -48,6 +59,14 @@ pub fn partner_routes(state: &AppState) -> Router<AppState> {
                 state,
                 RateClass::Write,
                 true,
+            )),
+        )
+        .merge(
+            behind_auth(list_deposits, state, RateClass::Read, false).merge(behind_auth(
+                write_deposits,
+                state,
+                RateClass::Write,
+                false,
             )),
         )
 }

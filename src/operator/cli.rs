@@ -68,6 +68,26 @@ pub enum MoneyCommand {
         partner_id: String,
         balance_cents: i64,
     },
+    /// Record a wire transfer, credited at once.
+    Wire {
+        partner_id: String,
+        #[arg(long)]
+        amount_cents: i64,
+        /// The bank-statement text (unique per partner).
+        #[arg(long)]
+        reference: String,
+    },
+    /// Deposit reviews raised by settlement (`--status open|resolved`).
+    Reviews {
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Close a review with what was decided.
+    Resolve {
+        review_id: String,
+        #[arg(long)]
+        resolution: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -359,6 +379,27 @@ fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<(Method, String, Op
             Method::POST,
             format!("/partners/{partner_id}/movements"),
             Some(json!({ "kind": kind, "amount_cents": amount_cents, "description": description })),
+        ),
+        AdminCommand::Money(MoneyCommand::Wire {
+            partner_id,
+            amount_cents,
+            reference,
+        }) => (
+            Method::POST,
+            format!("/partners/{partner_id}/wire-deposits"),
+            Some(json!({ "amount_cents": amount_cents, "reference": reference })),
+        ),
+        AdminCommand::Money(MoneyCommand::Reviews { status }) => {
+            let query = status.map(|s| format!("?status={s}")).unwrap_or_default();
+            (Method::GET, format!("/reviews{query}"), None)
+        }
+        AdminCommand::Money(MoneyCommand::Resolve {
+            review_id,
+            resolution,
+        }) => (
+            Method::POST,
+            format!("/reviews/{review_id}/resolve"),
+            Some(json!({ "resolution": resolution })),
         ),
         AdminCommand::Money(MoneyCommand::SandboxFloat {
             partner_id,

@@ -38,6 +38,9 @@ pub fn routes(state: AppState) -> Router<AppState> {
         )
         .route("/partners/{id}/keys", post(keys::issue))
         .route("/partners/{id}/movements", post(money::create_movement))
+        .route("/partners/{id}/wire-deposits", post(money::create_wire_deposit))
+        .route("/reviews", get(money::list_reviews))
+        .route("/reviews/{id}/resolve", post(money::resolve_review))
         .route(
             "/partners/{id}/sandbox-float",
             put(money::set_sandbox_float),

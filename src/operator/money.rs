@@ -143,3 +143,112 @@ pub async fn set_sandbox_float(
         json!({ "object": "balance", "mode": "sandbox", "balance_cents": body.balance_cents, "currency": "USD" }),
     ))
 }
+
+/// Body of `POST /partners/{id}/wire-deposits`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireDepositBody {
+    amount_cents: i64,
+    /// The bank-statement text; unique per partner.
+    reference: String,
+}
+
+/// Records a wire transfer, already credited, with one `deposit` ledger row.
+#[tracing::instrument(skip_all, fields(partner_id = %id))]
+pub async fn create_wire_deposit(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StrictJson(body): StrictJson<WireDepositBody>,
+) -> Result<(StatusCode, Json<crate::http::deposits::DepositView>), ApiError> {
+    let id = parse_partner_id(&id)?;
+    let mut v = Violations::default();
+    v.check(
+        !(1..=MAX_MOVEMENT_CENTS).contains(&body.amount_cents),
+        "amount_cents",
+        "must be from 1 to 1000000000",
+    );
+    let reference = body.reference.trim().to_owned();
+    v.check(
+        reference.is_empty() || reference.chars().count() > 200,
+        "reference",
+        "must be 1 to 200 characters",
+    );
+    v.into_result()?;
+    let partner = store::partners::find(&state.db, id.as_str())
+        .await?
+        .ok_or_else(partner_not_found)?;
+    if partner.status == "closed" {
+        return Err(ApiError::new(crate::http::error::ErrorCode::Conflict)
+            .with_message("The account is closed; a person must decide where the money goes."));
+    }
+    let deposit = state
+        .accounts
+        .wire_deposit(id.as_str(), body.amount_cents, &reference)
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(crate::http::deposits::DepositView::new(deposit)),
+    ))
+}
+
+/// Query of `GET /reviews`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewsQuery {
+    status: Option<String>,
+}
+
+pub async fn list_reviews(
+    State(state): State<AppState>,
+    crate::http::extract::StrictQuery(query): crate::http::extract::StrictQuery<ReviewsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    if query
+        .status
+        .as_deref()
+        .is_some_and(|s| s != "open" && s != "resolved")
+    {
+        return Err(ApiError::invalid("status", "must be open or resolved"));
+    }
+    let rows = store::deposits::reviews(&state.db, query.status.as_deref()).await?;
+    Ok(Json(
+        json!({ "object": "list", "data": rows.into_iter().map(review_json).collect::<Vec<_>>() }),
+    ))
+}
+
+/// Body of `POST /reviews/{id}/resolve`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveBody {
+    resolution: String,
+}
+
+pub async fn resolve_review(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StrictJson(body): StrictJson<ResolveBody>,
+) -> Result<Json<Value>, ApiError> {
+    let resolution = body.resolution.trim();
+    if resolution.is_empty() || resolution.chars().count() > 500 {
+        return Err(ApiError::invalid(
+            "resolution",
+            "must be 1 to 500 characters",
+        ));
+    }
+    let row =
+        store::deposits::resolve_review(&state.db, &id, resolution, crate::domain::time::now())
+            .await?
+            .ok_or_else(|| {
+                ApiError::new(crate::http::error::ErrorCode::NotFound)
+                    .with_message("No such review.")
+            })?;
+    tracing::info!(review_id = %row.id, deposit_id = %row.deposit_id, "review resolved");
+    Ok(Json(review_json(row)))
+}
+
+fn review_json(row: entities::review::Model) -> Value {
+    json!({
+        "object": "review", "id": row.id, "deposit_id": row.deposit_id, "partner_id": row.partner_id,
+        "reason": row.reason, "detail": row.detail, "status": row.status, "resolution": row.resolution,
+        "created_at": row.created_at, "resolved_at": row.resolved_at,
+    })
+}

@@ -1,6 +1,7 @@
 //! Stand-ins for the eSIM supplier and the crypto payment provider, served on
 //! their own listener and speaking the same HTTP protocols as the real ones.
 
+pub mod payments;
 pub mod supplier;
 
 use std::sync::Arc;
@@ -8,11 +9,15 @@ use std::sync::Arc;
 use axum::{Json, Router, routing::get};
 
 /// Routes of the simulators listener.
-pub fn routes(supplier: Arc<supplier::SupplierSim>) -> Router {
+pub fn routes(
+    supplier: Arc<supplier::SupplierSim>,
+    payments: Arc<payments::PaymentsSim>,
+) -> Router {
     Router::new()
         .route(
             "/sim/health",
             get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
         )
         .merge(supplier::routes(supplier))
+        .merge(payments::routes(payments))
 }

@@ -6,6 +6,7 @@
 //! upgrade and SQLite never answers `SQLITE_BUSY` mid-transaction.
 
 pub mod catalogue;
+pub mod deposits;
 pub mod esims;
 pub mod keys;
 pub mod orders;

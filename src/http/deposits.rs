@@ -1,0 +1,313 @@
+//! `POST /deposits`, `GET /deposits`, `GET /deposits/{id}`, `GET /ledger`,
+//! and the payment provider's callback.
+
+use axum::{
+    Extension, Json,
+    body::Bytes,
+    extract::{Path, State},
+    http::{HeaderMap, StatusCode},
+};
+use chrono::{DateTime, Utc};
+use entities::deposit;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{
+    auth::Caller,
+    error::{ApiError, ErrorCode, Violations},
+    extract::{NoQuery, StrictJson, StrictQuery},
+    orders::time_id_keyset,
+    pagination::{self, ListEnvelope},
+};
+use crate::{
+    app::AppState,
+    domain::{ids::check_id, partner::Mode},
+    operator::money::LedgerEntryView,
+    store::{
+        self,
+        deposits::{LedgerQuery, STATUSES},
+    },
+};
+
+/// The Deposit resource.
+#[derive(Debug, Serialize)]
+pub struct DepositView {
+    pub object: &'static str,
+    pub id: String,
+    pub status: String,
+    pub method: String,
+    pub requested_cents: i64,
+    pub credited_cents: Option<i64>,
+    pub currency: &'static str,
+    pub reference: Option<String>,
+    pub ledger_entry_id: Option<String>,
+    pub payment_url: Option<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub credited_at: Option<DateTime<Utc>>,
+}
+
+impl DepositView {
+    pub fn new(row: deposit::Model) -> Self {
+        Self {
+            object: "deposit",
+            id: row.id,
+            status: row.status,
+            method: row.method,
+            requested_cents: row.requested_cents,
+            credited_cents: row.credited_cents,
+            currency: "USD",
+            reference: row.reference,
+            ledger_entry_id: row.ledger_entry_id,
+            payment_url: row.payment_url,
+            expires_at: row.expires_at,
+            created_at: row.created_at,
+            credited_at: row.credited_at,
+        }
+    }
+}
+
+/// Body of `POST /deposits`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewDeposit {
+    amount_cents: Value,
+}
+
+/// Bounds of a crypto deposit: whole dollars from $100 to $10,000.
+pub const MIN_DEPOSIT_CENTS: i64 = 10_000;
+pub const MAX_DEPOSIT_CENTS: i64 = 1_000_000;
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
+    StrictJson(body): StrictJson<NewDeposit>,
+) -> Result<(StatusCode, Json<DepositView>), ApiError> {
+    let amount = match body
+        .amount_cents
+        .as_i64()
+        .filter(|_| body.amount_cents.is_i64())
+    {
+        Some(amount) if !(MIN_DEPOSIT_CENTS..=MAX_DEPOSIT_CENTS).contains(&amount) => {
+            return Err(ApiError::invalid(
+                "amount_cents",
+                "must be from 10000 to 1000000 ($100 to $10,000)",
+            ));
+        }
+        Some(amount) if amount % 100 != 0 => {
+            return Err(ApiError::invalid(
+                "amount_cents",
+                "must be a multiple of 100 (whole dollars)",
+            ));
+        }
+        Some(amount) => amount,
+        None => {
+            return Err(ApiError::invalid(
+                "amount_cents",
+                "must be an integer number of cents",
+            ));
+        }
+    };
+    if caller.mode == Mode::Sandbox {
+        return Err(ApiError::new(ErrorCode::Forbidden)
+            .with_message("Sandbox keys cannot open deposits; the sandbox float is play money.")
+            .with_extra("mode", "sandbox"));
+    }
+    let deposit = state.deposits.open(caller.partner_id(), amount).await?;
+    Ok((StatusCode::CREATED, Json(DepositView::new(deposit))))
+}
+
+/// Query of `GET /deposits`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DepositsQuery {
+    status: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    StrictQuery(query): StrictQuery<DepositsQuery>,
+) -> Result<Json<ListEnvelope<DepositView>>, ApiError> {
+    let mut v = Violations::default();
+    v.check(
+        query
+            .status
+            .as_deref()
+            .is_some_and(|s| !STATUSES.contains(&s)),
+        "status",
+        format!("must be one of {}", STATUSES.join(", ")),
+    );
+    let limit = pagination::parse_limit(query.limit.as_deref(), &mut v);
+    pagination::check_cursor_length(query.cursor.as_deref(), &mut v);
+    v.into_result()?;
+    let scope = format!("deposits|{:?}", query.status);
+    let before = match pagination::decode_cursor(&state.cursors, &scope, query.cursor.as_deref())? {
+        Some(values) => Some(
+            time_id_keyset(&values)
+                .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor of this list"))?,
+        ),
+        None => None,
+    };
+    if caller.mode == Mode::Sandbox {
+        return Ok(Json(ListEnvelope {
+            data: Vec::new(),
+            has_more: false,
+            next_cursor: None,
+        }));
+    }
+    let mut rows = store::deposits::list(
+        &state.db,
+        caller.partner_id(),
+        query.status.as_deref(),
+        before,
+        limit as u64 + 1,
+    )
+    .await?;
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let next_cursor = has_more
+        .then(|| {
+            rows.last().map(|d| {
+                state.cursors.encode(
+                    &scope,
+                    vec![d.created_at.timestamp_micros().into(), d.id.clone().into()],
+                )
+            })
+        })
+        .flatten();
+    Ok(Json(ListEnvelope {
+        data: rows.into_iter().map(DepositView::new).collect(),
+        has_more,
+        next_cursor,
+    }))
+}
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), deposit_id = %id))]
+pub async fn show(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
+) -> Result<Json<DepositView>, ApiError> {
+    // The kind is checked before the mode.
+    check_id(&id, "dep_").map_err(|e| ApiError::invalid("id", e.to_string()))?;
+    let not_found = || ApiError::new(ErrorCode::NotFound).with_message("No such deposit.");
+    if caller.mode == Mode::Sandbox {
+        return Err(not_found());
+    }
+    let deposit = store::deposits::find(&state.db, caller.partner_id(), &id)
+        .await?
+        .ok_or_else(not_found)?;
+    Ok(Json(DepositView::new(deposit)))
+}
+
+/// Query of `GET /ledger`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerParams {
+    kind: Option<String>,
+    created_after: Option<String>,
+    created_before: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+/// Ledger entry kinds.
+pub const LEDGER_KINDS: [&str; 6] = [
+    "deposit",
+    "purchase",
+    "refund",
+    "adjustment",
+    "payout",
+    "chargeback",
+];
+
+#[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
+pub async fn ledger(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    StrictQuery(query): StrictQuery<LedgerParams>,
+) -> Result<Json<ListEnvelope<LedgerEntryView>>, ApiError> {
+    let mut v = Violations::default();
+    v.check(
+        query
+            .kind
+            .as_deref()
+            .is_some_and(|k| !LEDGER_KINDS.contains(&k)),
+        "kind",
+        format!("must be one of {}", LEDGER_KINDS.join(", ")),
+    );
+    let created_after =
+        pagination::parse_datetime(query.created_after.as_deref(), "created_after", &mut v);
+    let created_before =
+        pagination::parse_datetime(query.created_before.as_deref(), "created_before", &mut v);
+    let limit = pagination::parse_limit(query.limit.as_deref(), &mut v);
+    pagination::check_cursor_length(query.cursor.as_deref(), &mut v);
+    v.into_result()?;
+    let scope = format!(
+        "ledger|{:?}|{:?}|{:?}",
+        query.kind,
+        created_after.map(|t| t.timestamp_micros()),
+        created_before.map(|t| t.timestamp_micros())
+    );
+    let before_seq =
+        match pagination::decode_cursor(&state.cursors, &scope, query.cursor.as_deref())? {
+            Some(values) => Some(
+                values
+                    .first()
+                    .and_then(Value::as_i64)
+                    .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor of this list"))?,
+            ),
+            None => None,
+        };
+    if caller.mode == Mode::Sandbox {
+        return Ok(Json(ListEnvelope {
+            data: Vec::new(),
+            has_more: false,
+            next_cursor: None,
+        }));
+    }
+    let mut rows = store::deposits::ledger(
+        &state.db,
+        caller.partner_id(),
+        &LedgerQuery {
+            kind: query.kind,
+            created_after,
+            created_before,
+            before_seq,
+            limit: limit as u64 + 1,
+        },
+    )
+    .await?;
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let next_cursor = has_more
+        .then(|| {
+            rows.last()
+                .map(|r| state.cursors.encode(&scope, vec![r.seq.into()]))
+        })
+        .flatten();
+    Ok(Json(ListEnvelope {
+        data: rows.into_iter().map(LedgerEntryView::new).collect(),
+        has_more,
+        next_cursor,
+    }))
+}
+
+/// `POST /callbacks/btcpay`: the provider's signed webhook.
+#[tracing::instrument(skip_all)]
+pub async fn btcpay_callback(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let signature = headers.get("btcpay-sig").and_then(|v| v.to_str().ok());
+    state.deposits.on_callback(&body, signature).await?;
+    Ok(Json(json!({ "received": true })))
+}

@@ -1,0 +1,366 @@
+//! Deposits, reviews, provider deliveries, and ledger reads.
+
+use chrono::{DateTime, Utc};
+use entities::{deposit, ledger_entry, provider_delivery, review};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect, sea_query::Expr,
+};
+
+use super::orders::{LedgerRow, insert_ledger, move_money};
+use crate::domain::{ids::DepositId, partner::Mode};
+
+/// Deposit statuses.
+pub const PENDING: &str = "pending";
+pub const CREDITED: &str = "credited";
+pub const CANCELLED: &str = "cancelled";
+pub const REFUNDED: &str = "refunded";
+/// Every status a filter accepts.
+pub const STATUSES: [&str; 5] = [PENDING, CREDITED, CANCELLED, REFUNDED, "reversed"];
+
+pub async fn insert<C: ConnectionTrait>(
+    db: &C,
+    row: deposit::Model,
+) -> Result<deposit::Model, DbErr> {
+    deposit::ActiveModel::from(row).insert(db).await
+}
+
+pub async fn get<C: ConnectionTrait>(db: &C, id: &str) -> Result<Option<deposit::Model>, DbErr> {
+    deposit::Entity::find_by_id(id.to_owned()).one(db).await
+}
+
+/// The deposit of a provider invoice.
+pub async fn by_invoice<C: ConnectionTrait>(
+    db: &C,
+    invoice_id: &str,
+) -> Result<Option<deposit::Model>, DbErr> {
+    deposit::Entity::find()
+        .filter(deposit::Column::ProviderInvoiceId.eq(invoice_id))
+        .one(db)
+        .await
+}
+
+/// A partner's deposit.
+pub async fn find<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    id: &str,
+) -> Result<Option<deposit::Model>, DbErr> {
+    deposit::Entity::find_by_id(id.to_owned())
+        .filter(deposit::Column::PartnerId.eq(partner_id))
+        .one(db)
+        .await
+}
+
+/// A page of a partner's deposits, newest first, after the keyset `before`.
+pub async fn list<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    status: Option<&str>,
+    before: Option<(DateTime<Utc>, String)>,
+    limit: u64,
+) -> Result<Vec<deposit::Model>, DbErr> {
+    let mut select = deposit::Entity::find().filter(deposit::Column::PartnerId.eq(partner_id));
+    if let Some(status) = status {
+        select = select.filter(deposit::Column::Status.eq(status));
+    }
+    if let Some((at, id)) = before {
+        select = select.filter(
+            Condition::any().add(deposit::Column::CreatedAt.lt(at)).add(
+                Condition::all()
+                    .add(deposit::Column::CreatedAt.eq(at))
+                    .add(deposit::Column::Id.lt(id)),
+            ),
+        );
+    }
+    select
+        .order_by_desc(deposit::Column::CreatedAt)
+        .order_by_desc(deposit::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// Crypto deposits still pending that the reconciler should ask about:
+/// lapsed ones, and ones untouched since `stale_before`.
+pub async fn needing_sync<C: ConnectionTrait>(
+    db: &C,
+    now: DateTime<Utc>,
+    stale_before: DateTime<Utc>,
+    limit: u64,
+) -> Result<Vec<deposit::Model>, DbErr> {
+    deposit::Entity::find()
+        .filter(deposit::Column::Method.eq("crypto"))
+        .filter(deposit::Column::Status.is_in([PENDING, CANCELLED]))
+        .filter(
+            Condition::any()
+                .add(
+                    Condition::all()
+                        .add(deposit::Column::Status.eq(PENDING))
+                        .add(deposit::Column::ExpiresAt.lt(now)),
+                )
+                .add(
+                    Condition::all()
+                        .add(deposit::Column::Status.eq(PENDING))
+                        .add(deposit::Column::UpdatedAt.lt(stale_before)),
+                ),
+        )
+        .order_by_asc(deposit::Column::UpdatedAt)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// Moves a deposit from one of `from` to `to` (no money); returns whether it moved.
+pub async fn transition<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+    from: &[&str],
+    to: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, DbErr> {
+    let result = deposit::Entity::update_many()
+        .col_expr(deposit::Column::Status, Expr::value(to))
+        .col_expr(deposit::Column::UpdatedAt, Expr::value(now))
+        .filter(deposit::Column::Id.eq(id))
+        .filter(deposit::Column::Status.is_in(from.iter().copied()))
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected == 1)
+}
+
+/// Marks a deposit looked at, so the reconciler does not ask again at once.
+pub async fn touch<C: ConnectionTrait>(db: &C, id: &str, now: DateTime<Utc>) -> Result<(), DbErr> {
+    deposit::Entity::update_many()
+        .col_expr(deposit::Column::UpdatedAt, Expr::value(now))
+        .filter(deposit::Column::Id.eq(id))
+        .exec(db)
+        .await
+        .map(|_| ())
+}
+
+/// Credits a pending or cancelled crypto deposit with what arrived: the
+/// deposit turns `credited`, the live float grows, one `deposit` ledger row is
+/// written. Returns the balance after, or `None` if it was already credited
+/// or is no longer creditable.
+pub async fn credit<C: ConnectionTrait>(
+    txn: &C,
+    deposit: &deposit::Model,
+    amount_cents: i64,
+    now: DateTime<Utc>,
+) -> Result<Option<(i64, ledger_entry::Model)>, DbErr> {
+    let (balance_after, seq) =
+        match move_money(txn, &deposit.partner_id, Mode::Live, amount_cents, now).await? {
+            Some((balance, Some(seq))) => (balance, seq),
+            _ => return Err(DbErr::RecordNotFound("live float".into())),
+        };
+    let entry = insert_ledger(
+        txn,
+        LedgerRow {
+            partner_id: &deposit.partner_id,
+            seq,
+            kind: "deposit",
+            amount_cents,
+            balance_after_cents: balance_after,
+            description: format!("{} deposit {}", deposit.method, deposit.id),
+            order_id: None,
+            deposit_id: Some(&deposit.id),
+            movement_key: Some(format!("{}:credit", deposit.id)),
+            now,
+        },
+    )
+    .await?;
+    let moved = deposit::Entity::update_many()
+        .col_expr(deposit::Column::Status, Expr::value(CREDITED))
+        .col_expr(
+            deposit::Column::CreditedCents,
+            Expr::value(Some(amount_cents)),
+        )
+        .col_expr(deposit::Column::CreditedAt, Expr::value(Some(now)))
+        .col_expr(
+            deposit::Column::LedgerEntryId,
+            Expr::value(Some(entry.id.clone())),
+        )
+        .col_expr(
+            deposit::Column::Reference,
+            Expr::value(
+                deposit
+                    .provider_invoice_id
+                    .clone()
+                    .or(deposit.reference.clone()),
+            ),
+        )
+        .col_expr(deposit::Column::UpdatedAt, Expr::value(now))
+        .filter(deposit::Column::Id.eq(deposit.id.as_str()))
+        .filter(deposit::Column::Status.is_in([PENDING, CANCELLED]))
+        .exec(txn)
+        .await?;
+    if moved.rows_affected != 1 {
+        // Roll the caller's transaction back: nothing may move twice.
+        return Ok(None);
+    }
+    Ok(Some((balance_after, entry)))
+}
+
+/// Records a wire deposit already credited, with its ledger row.
+pub async fn record_wire<C: ConnectionTrait>(
+    txn: &C,
+    partner_id: &str,
+    amount_cents: i64,
+    reference: &str,
+    now: DateTime<Utc>,
+) -> Result<(deposit::Model, i64), DbErr> {
+    let row = deposit::Model {
+        id: DepositId::generate().into_string(),
+        partner_id: partner_id.to_owned(),
+        status: PENDING.to_owned(),
+        method: "wire".to_owned(),
+        requested_cents: amount_cents,
+        credited_cents: None,
+        reference: Some(reference.to_owned()),
+        provider_invoice_id: None,
+        ledger_entry_id: None,
+        payment_url: None,
+        expires_at: None,
+        created_at: now,
+        credited_at: None,
+        updated_at: now,
+    };
+    let inserted = insert(txn, row).await?;
+    let (balance, _) = credit(txn, &inserted, amount_cents, now)
+        .await?
+        .ok_or_else(|| DbErr::Custom("wire deposit not creditable".into()))?;
+    let stored = get(txn, &inserted.id)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound(inserted.id.clone()))?;
+    Ok((stored, balance))
+}
+
+/// Opens a review, once per deposit and reason.
+pub async fn raise_review<C: ConnectionTrait>(
+    db: &C,
+    deposit: &deposit::Model,
+    reason: &str,
+    detail: &str,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let row = review::Model {
+        id: format!("rev_{}", crate::domain::ids::new_suffix()),
+        deposit_id: deposit.id.clone(),
+        partner_id: deposit.partner_id.clone(),
+        reason: reason.to_owned(),
+        detail: detail.chars().take(500).collect(),
+        status: "open".to_owned(),
+        resolution: None,
+        created_at: now,
+        resolved_at: None,
+    };
+    match review::ActiveModel::from(row).insert(db).await {
+        Ok(_) => {
+            tracing::warn!(deposit_id = %deposit.id, partner_id = %deposit.partner_id, reason, "deposit review raised");
+            Ok(())
+        }
+        Err(err) if super::is_unique_violation(&err) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+pub async fn reviews<C: ConnectionTrait>(
+    db: &C,
+    status: Option<&str>,
+) -> Result<Vec<review::Model>, DbErr> {
+    let mut select = review::Entity::find();
+    if let Some(status) = status {
+        select = select.filter(review::Column::Status.eq(status));
+    }
+    select
+        .order_by_desc(review::Column::CreatedAt)
+        .limit(500)
+        .all(db)
+        .await
+}
+
+pub async fn resolve_review<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+    resolution: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<review::Model>, DbErr> {
+    let Some(row) = review::Entity::find_by_id(id.to_owned()).one(db).await? else {
+        return Ok(None);
+    };
+    let mut model: review::ActiveModel = row.into();
+    model.status = sea_orm::ActiveValue::Set("resolved".into());
+    model.resolution = sea_orm::ActiveValue::Set(Some(resolution.to_owned()));
+    model.resolved_at = sea_orm::ActiveValue::Set(Some(now));
+    model.update(db).await.map(Some)
+}
+
+/// Whether a provider delivery was already processed.
+pub async fn delivery_seen<C: ConnectionTrait>(db: &C, delivery_id: &str) -> Result<bool, DbErr> {
+    Ok(
+        provider_delivery::Entity::find_by_id(delivery_id.to_owned())
+            .one(db)
+            .await?
+            .is_some(),
+    )
+}
+
+/// Remembers a processed delivery.
+pub async fn record_delivery<C: ConnectionTrait>(
+    db: &C,
+    delivery_id: &str,
+    invoice_id: &str,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let row = provider_delivery::Model {
+        delivery_id: delivery_id.to_owned(),
+        invoice_id: invoice_id.to_owned(),
+        received_at: now,
+    };
+    match provider_delivery::ActiveModel::from(row).insert(db).await {
+        Ok(_) => Ok(()),
+        Err(err) if super::is_unique_violation(&err) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// Filters of the ledger.
+#[derive(Debug, Default)]
+pub struct LedgerQuery {
+    pub kind: Option<String>,
+    /// Inclusive.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Exclusive.
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only rows with a smaller `seq` (the keyset).
+    pub before_seq: Option<i64>,
+    pub limit: u64,
+}
+
+/// A page of a partner's ledger, `seq` descending.
+pub async fn ledger<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    query: &LedgerQuery,
+) -> Result<Vec<ledger_entry::Model>, DbErr> {
+    let mut select =
+        ledger_entry::Entity::find().filter(ledger_entry::Column::PartnerId.eq(partner_id));
+    if let Some(kind) = &query.kind {
+        select = select.filter(ledger_entry::Column::Kind.eq(kind.as_str()));
+    }
+    if let Some(after) = query.created_after {
+        select = select.filter(ledger_entry::Column::CreatedAt.gte(after));
+    }
+    if let Some(before) = query.created_before {
+        select = select.filter(ledger_entry::Column::CreatedAt.lt(before));
+    }
+    if let Some(seq) = query.before_seq {
+        select = select.filter(ledger_entry::Column::Seq.lt(seq));
+    }
+    select
+        .order_by_desc(ledger_entry::Column::Seq)
+        .limit(query.limit)
+        .all(db)
+        .await
+}
