@@ -41,6 +41,7 @@ pub mod docs;
 pub mod domain;
 pub mod http;
 pub mod limits;
+pub mod loadtest;
 pub mod operator;
 pub mod payments;
 pub mod simulators;

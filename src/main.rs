@@ -26,6 +26,8 @@ enum Command {
     Migrate,
     /// Operator commands against a running service.
     Admin(AdminArgs),
+    /// Drive a running service with concurrent orders and check the money.
+    Loadtest(esim_reseller::loadtest::LoadtestArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,5 +70,6 @@ async fn run(command: Command) -> anyhow::Result<u8> {
             Ok(0)
         }
         Command::Admin(args) => cli::run(args).await,
+        Command::Loadtest(args) => esim_reseller::loadtest::run(args).await,
     }
 }
