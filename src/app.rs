@@ -176,6 +176,7 @@ impl Application {
         let accounts = Accounts::start(
             db.clone(),
             Duration::from_secs(settings.accounts.idle_seconds),
+            settings.store.commit_mode == crate::config::CommitMode::Batch,
         )
         .await?;
         let payments_sim = PaymentsSim::new(

@@ -60,6 +60,26 @@ pub struct Settings {
     pub provisioning: ProvisioningSettings,
     /// Account actors.
     pub accounts: AccountsSettings,
+    /// How orders are committed.
+    pub store: StoreSettings,
+}
+
+/// How account actors commit order requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommitMode {
+    /// Group commit: one transaction for every request queued behind the actor.
+    Batch,
+    /// One transaction per order.
+    PerRequest,
+}
+
+/// `[store]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSettings {
+    /// `batch` or `per_request`.
+    pub commit_mode: CommitMode,
 }
 
 /// `[catalogue]`

@@ -29,7 +29,7 @@ use crate::{
 const REMEMBERED_KEYS: usize = 4096;
 
 /// An order the handler has parsed and priced.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PlaceOrder {
     /// The trimmed Idempotency-Key.
     pub key: String,
@@ -77,9 +77,17 @@ pub enum AccountMsg {
     CreditDeposit(String, i64, RpcReplyPort<Result<bool, ApiError>>),
     /// Record an operator's wire deposit, already credited.
     WireDeposit(i64, String, RpcReplyPort<Result<deposit::Model, ApiError>>),
+    /// Group commit: decide and persist every order request queued so far.
+    Flush,
     /// Fault injection: fail this actor (the directory restarts it).
     Fail,
 }
+
+/// An order request waiting for the next group commit.
+type Pending = (Box<PlaceOrder>, RpcReplyPort<Result<Decision, ApiError>>);
+
+/// Most order requests committed in one transaction.
+const MAX_BATCH: usize = 512;
 
 /// An operator's money movement.
 #[derive(Debug, Clone)]
@@ -99,6 +107,8 @@ pub struct AccountArgs {
     pub partner_id: String,
     pub db: Db,
     pub provisioning: Option<ActorRef<ProvisioningMsg>>,
+    /// Group commit (`store.commit_mode = "batch"`) or one transaction per order.
+    pub batching: bool,
 }
 
 /// The actor.
@@ -110,6 +120,10 @@ pub struct AccountState {
     live_cents: i64,
     sandbox_cents: i64,
     keys: HashMap<String, idempotency_key::Model>,
+    /// Order requests queued for the next flush.
+    pending: Vec<Pending>,
+    /// A `Flush` is in the mailbox.
+    flush_scheduled: bool,
 }
 
 impl AccountState {
@@ -184,23 +198,39 @@ impl Actor for AccountActor {
             live_cents,
             sandbox_cents,
             keys: HashMap::new(),
+            pending: Vec::new(),
+            flush_scheduled: false,
         })
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<AccountMsg>,
+        myself: ActorRef<AccountMsg>,
         message: AccountMsg,
         state: &mut AccountState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            AccountMsg::PlaceOrder(request, reply) if state.args.batching => {
+                // Everything already queued ahead of the Flush joins this batch.
+                state.pending.push((request, reply));
+                if !state.flush_scheduled {
+                    myself.cast(AccountMsg::Flush)?;
+                    state.flush_scheduled = true;
+                }
+            }
+            AccountMsg::Flush => {
+                state.flush_scheduled = false;
+                let take = state.pending.len().min(MAX_BATCH);
+                let batch: Vec<Pending> = state.pending.drain(..take).collect();
+                if !state.pending.is_empty() {
+                    myself.cast(AccountMsg::Flush)?;
+                    state.flush_scheduled = true;
+                }
+                flush(state, batch).await;
+            }
             AccountMsg::PlaceOrder(request, reply) => {
                 let decision = place_order(state, *request).await;
-                if let Ok(Decision::Accepted(order)) = &decision
-                    && let Some(provisioning) = &state.args.provisioning
-                {
-                    let _ = provisioning.cast(ProvisioningMsg::Provision(order.id.clone()));
-                }
+                announce(state, &decision);
                 let _ = reply.send(decision);
             }
             AccountMsg::Refund {
@@ -241,6 +271,163 @@ impl Actor for AccountActor {
         }
         Ok(())
     }
+}
+
+/// Decides a batch in memory and commits it in one transaction. If the
+/// commit fails for any reason, the in-memory state is reloaded and every
+/// request of the batch is decided again on its own, so a failed batch costs
+/// time, never correctness.
+async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
+    if batch.is_empty() {
+        return;
+    }
+    let requests: Vec<PlaceOrder> = batch.iter().map(|(r, _)| (**r).clone()).collect();
+    match commit_batch(state, &requests).await {
+        Ok(decisions) => {
+            for ((_, reply), decision) in batch.into_iter().zip(decisions) {
+                announce(state, &decision);
+                let _ = reply.send(decision);
+            }
+        }
+        Err(err) => {
+            tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %err, "group commit failed; deciding the batch one by one");
+            let _ = state.reload_balances().await;
+            state.keys.clear();
+            for (request, reply) in batch {
+                let decision = place_order(state, *request).await;
+                announce(state, &decision);
+                let _ = reply.send(decision);
+            }
+        }
+    }
+}
+
+/// Hands an accepted order to provisioning.
+fn announce(state: &AccountState, decision: &Result<Decision, ApiError>) {
+    if let Ok(Decision::Accepted(order)) = decision
+        && let Some(provisioning) = &state.args.provisioning
+    {
+        let _ = provisioning.cast(ProvisioningMsg::Provision(order.id.clone()));
+    }
+}
+
+async fn commit_batch(
+    state: &mut AccountState,
+    requests: &[PlaceOrder],
+) -> Result<Vec<Result<Decision, ApiError>>, ApiError> {
+    use super::batch::{Binding, Plan, Request, plan};
+    let unknown: Vec<String> = requests
+        .iter()
+        .filter(|r| !state.keys.contains_key(&r.key))
+        .map(|r| r.key.clone())
+        .collect();
+    for record in store::orders::find_keys(&state.args.db, &state.args.partner_id, &unknown).await?
+    {
+        state.remember(record);
+    }
+    let planner_input: Vec<Request> = requests
+        .iter()
+        .map(|r| Request {
+            key: r.key.clone(),
+            mode: r.mode,
+            fingerprint: r.fingerprint.clone(),
+            verdict: r.verdict.clone(),
+            always_insufficient: r.always_insufficient,
+        })
+        .collect();
+    let mut planned = plan(
+        &planner_input,
+        &state.keys,
+        (state.live_cents, state.sandbox_cents),
+    );
+    let refused_for_money = planned.plans.iter().any(
+        |p| matches!(p, Plan::Refuse { error, .. } if error.code == ErrorCode::BalanceInsufficient),
+    );
+    if refused_for_money {
+        // Another node may have credited a deposit: decide against the database before binding keys.
+        let before = (state.live_cents, state.sandbox_cents);
+        state.reload_balances().await?;
+        if before != (state.live_cents, state.sandbox_cents) {
+            planned = plan(
+                &planner_input,
+                &state.keys,
+                (state.live_cents, state.sandbox_cents),
+            );
+        }
+    }
+    let now = time::now();
+    let mut accepted = Vec::new();
+    let mut refusals = Vec::new();
+    for (request, plan) in requests.iter().zip(&planned.plans) {
+        match plan {
+            Plan::Accept(order) => accepted.push(NewOrder {
+                order: order.clone(),
+                fingerprint: request.fingerprint.clone(),
+            }),
+            Plan::Refuse { error, bind: true } => refusals.push(idempotency_key::Model {
+                partner_id: state.args.partner_id.clone(),
+                key: request.key.clone(),
+                mode: request.mode.as_str().to_owned(),
+                fingerprint: request.fingerprint.clone(),
+                order_id: None,
+                error_status: Some(i32::from(error.http_status().as_u16())),
+                error_body: Some(error.to_stored()),
+                created_at: now,
+            }),
+            _ => {}
+        }
+    }
+    if !accepted.is_empty() || !refusals.is_empty() {
+        let txn = store::begin_write(&state.args.db).await?;
+        let (live, sandbox) = store::orders::accept_batch(
+            &txn,
+            &state.args.partner_id,
+            &accepted,
+            refusals.clone(),
+            now,
+        )
+        .await
+        .map_err(|e| match e {
+            AcceptError::Insufficient => {
+                ApiError::new(ErrorCode::Conflict).with_message("the float moved under the batch")
+            }
+            AcceptError::Db(err) => ApiError::from(err),
+        })?;
+        txn.commit().await?;
+        if let Some(live) = live {
+            state.live_cents = live;
+        }
+        if let Some(sandbox) = sandbox {
+            state.sandbox_cents = sandbox;
+        }
+        for new in &accepted {
+            state.remember(binding_of(new));
+        }
+        for refusal in refusals {
+            state.remember(refusal);
+        }
+    }
+    let in_batch: HashMap<&str, &order::Model> = accepted
+        .iter()
+        .map(|n| (n.order.id.as_str(), &n.order))
+        .collect();
+    let mut decisions = Vec::with_capacity(requests.len());
+    for plan in planned.plans {
+        decisions.push(match plan {
+            Plan::Accept(order) => Ok(Decision::Accepted(order)),
+            Plan::Refuse { error, .. } | Plan::Reused(error) => Ok(Decision::Refused(error)),
+            Plan::Replay(Binding::Refusal(error)) => Ok(Decision::ReplayedRefusal(error)),
+            Plan::Replay(Binding::Order(id)) => match in_batch.get(id.as_str()) {
+                Some(order) => Ok(Decision::Replayed((*order).clone())),
+                None => store::orders::get_order(&state.args.db, &id)
+                    .await
+                    .map_err(ApiError::from)
+                    .and_then(|o| o.ok_or_else(|| ApiError::internal("a bound order is missing")))
+                    .map(Decision::Replayed),
+            },
+        });
+    }
+    Ok(decisions)
 }
 
 /// The decision on one order request.

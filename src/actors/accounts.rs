@@ -14,7 +14,7 @@ use std::{
 
 use chrono::{DateTime, Utc};
 use entities::ledger_entry;
-use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, rpc::CallResult};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, rpc::CallResult};
 use serde::Serialize;
 
 use super::{
@@ -47,10 +47,15 @@ struct Directory {
     db: Db,
     provisioning: Mutex<Option<ActorRef<ProvisioningMsg>>>,
     entries: Mutex<HashMap<String, Entry>>,
+    /// The partner of every running account actor, by actor id. Kept apart
+    /// from `entries` (which a caller may clear when an actor stops answering)
+    /// so the supervisor can always name the partner of a failed actor.
+    owners: Mutex<HashMap<ActorId, String>>,
     restarts: Mutex<HashMap<String, u32>>,
     spawn_lock: tokio::sync::Mutex<()>,
     supervisor: Mutex<Option<ActorRef<SupervisorMsg>>>,
     idle_after: Duration,
+    batching: bool,
     total_restarts: AtomicU32,
 }
 
@@ -70,15 +75,17 @@ pub struct ActorInfo {
 
 impl Accounts {
     /// Starts the supervisor; account actors start on first use.
-    pub async fn start(db: Db, idle_after: Duration) -> anyhow::Result<Self> {
+    pub async fn start(db: Db, idle_after: Duration, batching: bool) -> anyhow::Result<Self> {
         let directory = Arc::new(Directory {
             db,
             provisioning: Mutex::new(None),
             entries: Mutex::new(HashMap::new()),
+            owners: Mutex::new(HashMap::new()),
             restarts: Mutex::new(HashMap::new()),
             spawn_lock: tokio::sync::Mutex::new(()),
             supervisor: Mutex::new(None),
             idle_after,
+            batching,
             total_restarts: AtomicU32::new(0),
         });
         let (supervisor, _) = Actor::spawn(None, AccountsSupervisor, directory.clone()).await?;
@@ -361,8 +368,10 @@ async fn spawn_account(
         partner_id: partner_id.to_owned(),
         db: directory.db.clone(),
         provisioning: lock(&directory.provisioning).clone(),
+        batching: directory.batching,
     };
     let (actor, _) = Actor::spawn_linked(None, AccountActor, args, supervisor.get_cell()).await?;
+    lock(&directory.owners).insert(actor.get_id(), partner_id.to_owned());
     lock(&directory.entries).insert(
         partner_id.to_owned(),
         Entry {
@@ -386,12 +395,20 @@ enum SupervisorMsg {
 struct AccountsSupervisor;
 
 impl AccountsSupervisor {
-    /// The partner whose actor this cell is.
+    /// The partner whose actor this cell was; forgets the cell.
     fn partner_of(directory: &Directory, cell: &ractor::ActorCell) -> Option<String> {
-        lock(&directory.entries)
-            .iter()
-            .find(|(_, e)| e.actor.get_id() == cell.get_id())
-            .map(|(partner, _)| partner.clone())
+        lock(&directory.owners).remove(&cell.get_id())
+    }
+
+    /// Removes the partner's entry if it is still this cell's.
+    fn remove_entry(directory: &Directory, partner: &str, cell: &ractor::ActorCell) {
+        let mut entries = lock(&directory.entries);
+        if entries
+            .get(partner)
+            .is_some_and(|e| e.actor.get_id() == cell.get_id())
+        {
+            entries.remove(partner);
+        }
     }
 }
 
@@ -460,7 +477,7 @@ impl Actor for AccountsSupervisor {
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
                 let partner = Self::partner_of(directory, &cell);
                 if let Some(partner) = &partner {
-                    lock(&directory.entries).remove(partner);
+                    Self::remove_entry(directory, partner, &cell);
                 }
                 log_lifecycle(
                     "account",
@@ -475,7 +492,7 @@ impl Actor for AccountsSupervisor {
                     return Ok(());
                 };
                 log_lifecycle("account", Some(&partner), "failed", &error.to_string());
-                lock(&directory.entries).remove(&partner);
+                Self::remove_entry(directory, &partner, &cell);
                 *lock(&directory.restarts)
                     .entry(partner.clone())
                     .or_insert(0) += 1;

@@ -563,3 +563,152 @@ pub fn refusal_body(record: &idempotency_key::Model) -> Option<(u16, Value)> {
         record.error_body.clone()?,
     ))
 }
+
+/// Rows per multi-row insert, inside every database's bind-parameter limit.
+const INSERT_CHUNK: usize = 500;
+
+/// Persists a planned batch of one partner in the caller's transaction:
+/// one conditional debit per mode for the batch's total, then every order,
+/// unit, key binding and (live) purchase row, then the refusal bindings.
+/// Orders are in acceptance order; each purchase row gets its own `seq` and
+/// `balance_after`. Returns the balances after: (live, sandbox).
+pub async fn accept_batch<C: ConnectionTrait>(
+    txn: &C,
+    partner_id: &str,
+    orders: &[NewOrder],
+    refusals: Vec<idempotency_key::Model>,
+    now: DateTime<Utc>,
+) -> Result<(Option<i64>, Option<i64>), AcceptError> {
+    let mut after = (None, None);
+    let mut ledger_rows = Vec::new();
+    for mode in [Mode::Live, Mode::Sandbox] {
+        let mine: Vec<&NewOrder> = orders
+            .iter()
+            .filter(|o| o.order.mode == mode.as_str())
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let total: i64 = mine.iter().map(|o| o.order.total_cents).sum();
+        let count = mine.len() as i64;
+        let mut update = float::Entity::update_many()
+            .col_expr(
+                float::Column::BalanceCents,
+                Expr::col(float::Column::BalanceCents).sub(total),
+            )
+            .col_expr(float::Column::UpdatedAt, Expr::value(now))
+            .filter(float::Column::PartnerId.eq(partner_id))
+            .filter(float::Column::Mode.eq(mode.as_str()))
+            .filter(float::Column::BalanceCents.gte(total));
+        if mode == Mode::Live {
+            update = update.col_expr(
+                float::Column::NextSeq,
+                Expr::col(float::Column::NextSeq).add(count),
+            );
+        }
+        if update.exec(txn).await?.rows_affected != 1 {
+            return Err(AcceptError::Insufficient);
+        }
+        let row = float::Entity::find_by_id((partner_id.to_owned(), mode.as_str().to_owned()))
+            .one(txn)
+            .await?
+            .ok_or(AcceptError::Insufficient)?;
+        match mode {
+            Mode::Live => {
+                let mut balance = row.balance_cents + total;
+                let mut seq = row.next_seq - count;
+                for new in &mine {
+                    balance -= new.order.total_cents;
+                    ledger_rows.push(ledger_entry::ActiveModel::from(ledger_entry::Model {
+                        id: LedgerEntryId::generate().into_string(),
+                        partner_id: partner_id.to_owned(),
+                        seq,
+                        kind: "purchase".to_owned(),
+                        amount_cents: -new.order.total_cents,
+                        balance_after_cents: balance,
+                        description: format!("{} × {}", new.order.quantity, new.order.plan_id),
+                        order_id: Some(new.order.id.clone()),
+                        deposit_id: None,
+                        movement_key: Some(format!("{}:purchase", new.order.id)),
+                        created_at: now,
+                    }));
+                    seq += 1;
+                }
+                after.0 = Some(row.balance_cents);
+            }
+            Mode::Sandbox => after.1 = Some(row.balance_cents),
+        }
+    }
+    let order_rows: Vec<order::ActiveModel> = orders
+        .iter()
+        .map(|o| order::ActiveModel::from(o.order.clone()))
+        .collect();
+    let unit_rows: Vec<order_unit::ActiveModel> = orders
+        .iter()
+        .flat_map(|o| {
+            (1..=o.order.quantity).map(move |n| {
+                order_unit::ActiveModel::from(order_unit::Model {
+                    id: unit_id(&o.order.id, n),
+                    order_id: o.order.id.clone(),
+                    unit_index: n,
+                    status: rules::UNIT_PENDING.to_owned(),
+                    supplier_order_no: None,
+                    attempts: 0,
+                    last_error: None,
+                    updated_at: now,
+                })
+            })
+        })
+        .collect();
+    let mut key_rows: Vec<idempotency_key::ActiveModel> = orders
+        .iter()
+        .map(|o| {
+            idempotency_key::ActiveModel::from(idempotency_key::Model {
+                partner_id: o.order.partner_id.clone(),
+                key: o.order.idempotency_key.clone(),
+                mode: o.order.mode.clone(),
+                fingerprint: o.fingerprint.clone(),
+                order_id: Some(o.order.id.clone()),
+                error_status: None,
+                error_body: None,
+                created_at: now,
+            })
+        })
+        .collect();
+    key_rows.extend(refusals.into_iter().map(idempotency_key::ActiveModel::from));
+    insert_chunks::<order::Entity, _>(txn, order_rows).await?;
+    insert_chunks::<order_unit::Entity, _>(txn, unit_rows).await?;
+    insert_chunks::<idempotency_key::Entity, _>(txn, key_rows).await?;
+    insert_chunks::<ledger_entry::Entity, _>(txn, ledger_rows).await?;
+    Ok(after)
+}
+
+async fn insert_chunks<E, C>(db: &C, rows: Vec<E::ActiveModel>) -> Result<(), DbErr>
+where
+    E: EntityTrait,
+    C: ConnectionTrait,
+    E::ActiveModel: sea_orm::ActiveModelTrait<Entity = E> + Send,
+{
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<E::ActiveModel> = rows.by_ref().take(INSERT_CHUNK).collect();
+        E::insert_many(chunk).exec_without_returning(db).await?;
+    }
+    Ok(())
+}
+
+/// Bindings of several keys of a partner, in one query.
+pub async fn find_keys<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    keys: &[String],
+) -> Result<Vec<idempotency_key::Model>, DbErr> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    idempotency_key::Entity::find()
+        .filter(idempotency_key::Column::PartnerId.eq(partner_id))
+        .filter(idempotency_key::Column::Key.is_in(keys.iter().cloned()))
+        .all(db)
+        .await
+}
