@@ -87,6 +87,9 @@ pub struct LoadtestArgs {
     /// Longest wait for orders to settle, in seconds.
     #[arg(long, default_value_t = 120)]
     pub settle_timeout: u64,
+    /// Drive `GET <path>` (e.g. `/balance`, `/plans?country=fr`) instead of orders.
+    #[arg(long)]
+    pub read_path: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -140,6 +143,7 @@ pub async fn run(args: LoadtestArgs) -> anyhow::Result<u8> {
         "partners": args.partners,
         "hot": args.hot,
         "requests": sent,
+        "requests_per_second": round2(sent as f64 / drive_secs.max(1e-9)),
         "accepted_orders": accepted,
         "drive_seconds": round2(drive_secs),
         "accepted_per_second": round2(accepted as f64 / drive_secs.max(1e-9)),
@@ -221,6 +225,14 @@ async fn post_order(http: &reqwest::Client, args: &LoadtestArgs, partner: &Partn
     ))
 }
 
+async fn get_read(http: &reqwest::Client, args: &LoadtestArgs, partner: &Partner, path: &str) -> Result<(Answer, Duration), reqwest::Error> {
+    let started = Instant::now();
+    let response = http.get(format!("{}/partner/v1{path}", args.public_url)).bearer_auth(&partner.key).send().await?;
+    let status = response.status().as_u16();
+    let _ = response.bytes().await?;
+    Ok((Answer { status, code: None, order_id: None }, started.elapsed()))
+}
+
 fn record(observed: &Mutex<Observed>, partner_index: usize, key: &str, answer: Result<(Answer, Duration), reqwest::Error>) {
     let mut seen = observed.lock().unwrap_or_else(|p| p.into_inner());
     match answer {
@@ -271,6 +283,13 @@ async fn drive(args: &LoadtestArgs, http: &reqwest::Client, partners: &Arc<Vec<P
                 }
                 let partner_index = if args.hot { 0 } else { (n as usize + worker) % partners.len() };
                 let partner = &partners[partner_index];
+                if let Some(path) = &args.read_path {
+                    let answer = get_read(&http, &args, partner, path).await;
+                    record(&observed, partner_index, "", answer);
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    progress.inc(1);
+                    continue;
+                }
                 let key = format!("lt-{}", uuid::Uuid::new_v4().simple());
                 let roll = rand::random::<f64>();
                 if roll < args.race_fraction {
@@ -436,6 +455,7 @@ async fn check(args: &LoadtestArgs, http: &reqwest::Client, partners: &[Partner]
 fn print_text(report: &Value) {
     println!("partners            {} {}", report["partners"], if report["hot"] == true { "(one hot)" } else { "" });
     println!("requests            {}", report["requests"]);
+    println!("requests/s          {}", report["requests_per_second"]);
     println!("accepted orders     {}", report["accepted_orders"]);
     println!("accepted/s          {}", report["accepted_per_second"]);
     println!("settled/s           {}", report["settled_per_second"]);

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Reruns the numbers in docs/benchmarks.md on this machine: a release build,
+# then the service and the load generator on the same host, for SQLite and
+# (when it answers) PostgreSQL, batch versus per-request commits, one hot
+# partner and many partners, and read throughput. Prints one JSON line per run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/esim-bench}"
+DURATION="${DURATION:-10}"
+CONCURRENCY="${CONCURRENCY:-64}"
+PG_URL="${PG_URL:-postgres://postgres@127.0.0.1:5432}"
+cargo build --release -q
+bin="$CARGO_TARGET_DIR/release/esim-reseller"
+work=$(mktemp -d)
+server=""
+stop_server() { [ -n "$server" ] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null; server=""; }
+trap stop_server EXIT
+
+lift="100000000"
+start_server() { # start_server <database url> <commit mode>
+  env ESIM__DATABASE__URL="$1" ESIM__STORE__COMMIT_MODE="$2" ESIM__LOG__LEVEL=warn \
+    ESIM__HTTP__PUBLIC_ADDR=127.0.0.1:18580 ESIM__HTTP__OPERATOR_ADDR=127.0.0.1:18581 ESIM__SIMULATORS__ADDR=127.0.0.1:18590 \
+    ESIM__SIMULATORS__SUPPLIER_LATENCY_MS=0 ESIM__SUPPLIER__POLL_INTERVAL_MS=20 ESIM__PROVISIONING__CONCURRENCY=256 \
+    ESIM__RATE_LIMIT__BANDS__GOLD__WRITE__LIMIT=$lift ESIM__RATE_LIMIT__BANDS__GOLD__READ__LIMIT=$lift \
+    ESIM__RATE_LIMIT__BANDS__GOLD__CATALOGUE__LIMIT=$lift \
+    "$bin" serve > "$work/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18580/partner/v1/health >/dev/null && return 0; sleep 0.2; done
+  echo "server did not start" >&2; cat "$work/serve.log" >&2; exit 1
+}
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
+load() { "$bin" loadtest --public-url http://127.0.0.1:18580 --operator-url http://127.0.0.1:18581 --json "$@"; }
+
+databases=("sqlite://$work/bench-DB.db?mode=rwc")
+if pg_isready -h 127.0.0.1 -q 2>/dev/null; then databases+=("$PG_URL/esim_bench_DB"); fi
+
+for database in "${databases[@]}"; do
+  for mode in batch per_request; do
+    for shape in hot many; do
+      tag="$mode-$shape-$RANDOM"
+      url="${database/DB/$tag}"
+      if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi
+      start_server "$url" "$mode"
+      if [ "$shape" = hot ]; then args=(--partners 1 --hot); else args=(--partners 100); fi
+      result=$(load "${args[@]}" --duration "$DURATION" --concurrency "$CONCURRENCY")
+      echo "{\"database\":\"${url%%:*}\",\"commit_mode\":\"$mode\",\"shape\":\"$shape\",\"rss_kib_after\":$(rss_kib),\"result\":$result}"
+      if [ "$mode" = batch ] && [ "$shape" = hot ]; then
+        echo "{\"database\":\"${url%%:*}\",\"read\":\"/balance\",\"result\":$(load --partners 1 --hot --read-path /balance --duration "$DURATION" --concurrency "$CONCURRENCY")}"
+        echo "{\"database\":\"${url%%:*}\",\"read\":\"/plans\",\"result\":$(load --partners 1 --hot --read-path '/plans?country=fr' --duration "$DURATION" --concurrency "$CONCURRENCY")}"
+      fi
+      stop_server
+      if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_$tag\" WITH (FORCE)" >/dev/null; fi
+    done
+  done
+done
+
+# Memory: idle, then after touching many partners (one /me each).
+start_server "sqlite://$work/mem.db?mode=rwc" batch
+echo "{\"memory\":\"idle\",\"rss_kib\":$(rss_kib)}"
+PARTNERS="${PARTNERS:-2000}"
+load --partners "$PARTNERS" --count "$PARTNERS" --concurrency 32 --funding-cents 1000 >/dev/null || true
+echo "{\"memory\":\"after $PARTNERS partners with an account actor each\",\"rss_kib\":$(rss_kib)}"
+stop_server
