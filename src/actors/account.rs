@@ -79,6 +79,8 @@ pub enum AccountMsg {
     WireDeposit(i64, String, RpcReplyPort<Result<deposit::Model, ApiError>>),
     /// Group commit: decide and persist every order request queued so far.
     Flush,
+    /// The balances as this actor holds them: (live, sandbox).
+    Balances(RpcReplyPort<(i64, i64)>),
     /// Fault injection: fail this actor (the directory restarts it).
     Fail,
 }
@@ -228,6 +230,9 @@ impl Actor for AccountActor {
                 }
                 flush(state, batch).await;
             }
+            AccountMsg::Balances(reply) => {
+                let _ = reply.send((state.live_cents, state.sandbox_cents));
+            }
             AccountMsg::PlaceOrder(request, reply) => {
                 let decision = place_order(state, *request).await;
                 announce(state, &decision);
@@ -274,9 +279,9 @@ impl Actor for AccountActor {
 }
 
 /// Decides a batch in memory and commits it in one transaction. If the
-/// commit fails for any reason, the in-memory state is reloaded and every
-/// request of the batch is decided again on its own, so a failed batch costs
-/// time, never correctness.
+/// commit fails, every request of the batch is answered 500 (the partner
+/// retries with the same key, which is safe) and the in-memory state is
+/// reloaded from the database, so memory never drifts from what committed.
 async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
     if batch.is_empty() {
         return;
@@ -290,13 +295,13 @@ async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
             }
         }
         Err(err) => {
-            tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %err, "group commit failed; deciding the batch one by one");
-            let _ = state.reload_balances().await;
+            tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %err, "group commit failed; the batch is answered 500");
             state.keys.clear();
-            for (request, reply) in batch {
-                let decision = place_order(state, *request).await;
-                announce(state, &decision);
-                let _ = reply.send(decision);
+            if let Err(reload) = state.reload_balances().await {
+                tracing::error!(partner_id = %state.args.partner_id, error = %reload, "balances could not be reloaded after a failed commit");
+            }
+            for (_, reply) in batch {
+                let _ = reply.send(Err(ApiError::new(ErrorCode::InternalError)));
             }
         }
     }
@@ -759,4 +764,195 @@ async fn wire_deposit(
 /// The order body's metadata as stored.
 pub fn metadata_or_empty(metadata: Option<Value>) -> Value {
     metadata.unwrap_or_else(|| Value::Object(Default::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use chrono::Utc;
+    use ractor::rpc::CallResult;
+    use sea_orm::ConnectionTrait;
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        config::DatabaseSettings,
+        store::partners::{NewPartner, create},
+    };
+
+    async fn database() -> (tempfile::TempDir, Db, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = DatabaseSettings {
+            url: format!("sqlite://{}/t.db?mode=rwc", dir.path().display()),
+            max_connections: 4,
+            busy_timeout_ms: 5000,
+            probe_timeout_ms: 2000,
+        };
+        let db = store::connect(&settings).await.unwrap();
+        store::migrate(&db).await.unwrap();
+        let partner = create(
+            &db,
+            NewPartner {
+                name: "T".into(),
+                slug: "t".into(),
+                status: "live".into(),
+                tier: "gold".into(),
+                discount_override_bps: None,
+                low_balance_threshold_cents: 0,
+                sandbox_float_cents: 10_000,
+            },
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+        (dir, db, partner.partner.id)
+    }
+
+    fn request(partner_id: &str, key: &str, total: i64) -> PlaceOrder {
+        PlaceOrder {
+            key: key.into(),
+            mode: Mode::Sandbox,
+            fingerprint: key.into(),
+            verdict: Ok(order::Model {
+                id: crate::domain::ids::OrderId::generate().into_string(),
+                partner_id: partner_id.into(),
+                mode: "sandbox".into(),
+                idempotency_key: key.into(),
+                plan_id: "pl_x".into(),
+                quantity: 1,
+                unit_price_cents: total,
+                total_cents: total,
+                list_unit_cents: total,
+                price_source: "tier:gold".into(),
+                metadata: json!({}),
+                status: "processing".into(),
+                failure_code: None,
+                refunded_cents: 0,
+                attempts: 0,
+                claimed_until: None,
+                created_at: Utc::now(),
+                completed_at: None,
+            }),
+            always_insufficient: false,
+        }
+    }
+
+    async fn send_batch(
+        actor: &ActorRef<AccountMsg>,
+        requests: Vec<PlaceOrder>,
+    ) -> Vec<Result<Decision, ApiError>> {
+        let calls = requests.into_iter().map(|r| {
+            let actor = actor.clone();
+            async move {
+                match actor
+                    .call(
+                        |reply| AccountMsg::PlaceOrder(Box::new(r), reply),
+                        Some(Duration::from_secs(10)),
+                    )
+                    .await
+                {
+                    Ok(CallResult::Success(decision)) => decision,
+                    other => panic!("no answer: {:?}", other.is_ok()),
+                }
+            }
+        });
+        futures::future::join_all(calls).await
+    }
+
+    async fn balances(actor: &ActorRef<AccountMsg>) -> (i64, i64) {
+        match actor
+            .call(AccountMsg::Balances, Some(Duration::from_secs(5)))
+            .await
+        {
+            Ok(CallResult::Success(b)) => b,
+            _ => panic!("no balances"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_commits_in_order_and_memory_matches_the_database() {
+        let (_dir, db, partner_id) = database().await;
+        let args = AccountArgs {
+            partner_id: partner_id.clone(),
+            db: db.clone(),
+            provisioning: None,
+            batching: true,
+        };
+        let (actor, _) = Actor::spawn(None, AccountActor, args).await.unwrap();
+
+        let requests = vec![
+            request(&partner_id, "k1", 4000),
+            request(&partner_id, "k2", 7000),
+            request(&partner_id, "k3", 5000),
+            request(&partner_id, "k1", 4000),
+        ];
+        let decisions = send_batch(&actor, requests).await;
+
+        assert!(matches!(decisions[0], Ok(Decision::Accepted(_))));
+        assert!(
+            matches!(&decisions[1], Ok(Decision::Refused(e)) if e.code == ErrorCode::BalanceInsufficient),
+            "7000 does not fit in 6000"
+        );
+        assert!(
+            matches!(decisions[2], Ok(Decision::Accepted(_))),
+            "5000 still fits"
+        );
+        assert!(
+            matches!(decisions[3], Ok(Decision::Replayed(_))),
+            "a duplicate key replays"
+        );
+        let in_memory = balances(&actor).await;
+        assert_eq!(
+            in_memory,
+            store::orders::balances(&db, &partner_id).await.unwrap()
+        );
+        assert_eq!(in_memory.1, 1000);
+    }
+
+    #[tokio::test]
+    async fn a_failed_commit_answers_the_whole_batch_500_and_memory_stays_equal_to_the_database() {
+        let (_dir, db, partner_id) = database().await;
+        let args = AccountArgs {
+            partner_id: partner_id.clone(),
+            db: db.clone(),
+            provisioning: None,
+            batching: true,
+        };
+        let (actor, _) = Actor::spawn(None, AccountActor, args).await.unwrap();
+        // Sabotage: units cannot be written, so the batch transaction fails half-way.
+        db.execute_unprepared("ALTER TABLE order_units RENAME TO order_units_gone")
+            .await
+            .unwrap();
+
+        let decisions = send_batch(
+            &actor,
+            vec![
+                request(&partner_id, "a1", 1000),
+                request(&partner_id, "a2", 2000),
+            ],
+        )
+        .await;
+
+        for decision in &decisions {
+            assert!(
+                matches!(decision, Err(e) if e.code == ErrorCode::InternalError),
+                "{decision:?}"
+            );
+        }
+        let database_balances = store::orders::balances(&db, &partner_id).await.unwrap();
+        assert_eq!(database_balances.1, 10_000, "nothing was debited");
+        assert_eq!(balances(&actor).await, database_balances);
+
+        // Once the database is whole again, the same keys go through.
+        db.execute_unprepared("ALTER TABLE order_units_gone RENAME TO order_units")
+            .await
+            .unwrap();
+        let retried = send_batch(&actor, vec![request(&partner_id, "a1", 1000)]).await;
+        assert!(matches!(retried[0], Ok(Decision::Accepted(_))));
+        assert_eq!(
+            balances(&actor).await,
+            store::orders::balances(&db, &partner_id).await.unwrap()
+        );
+    }
 }
