@@ -183,6 +183,8 @@ impl Deposits {
                     return Ok(());
                 }
                 if self.account_closed(&deposit.partner_id).await? {
+                    // Touched so the reconciler moves on to other quiet deposits.
+                    store::deposits::touch(db, &deposit.id, now).await?;
                     return Ok(store::deposits::raise_review(
                         db,
                         deposit,

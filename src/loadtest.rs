@@ -46,7 +46,12 @@ pub struct LoadtestArgs {
     #[arg(long, default_value = "http://127.0.0.1:8081")]
     pub operator_url: String,
     /// Operator token.
-    #[arg(long, env = "ESIM_OPERATOR_TOKEN", default_value = "dev-operator-token-change-me", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "ESIM_OPERATOR_TOKEN",
+        default_value = "dev-operator-token-change-me",
+        hide_env_values = true
+    )]
     pub token: String,
     /// Partners to create.
     #[arg(long, default_value_t = 1)]
@@ -114,7 +119,10 @@ struct Observed {
 
 /// Runs the load test; returns the process exit code (1 on FAIL).
 pub async fn run(args: LoadtestArgs) -> anyhow::Result<u8> {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency.max(8) * 2).timeout(Duration::from_secs(60)).build()?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency.max(8) * 2)
+        .timeout(Duration::from_secs(60))
+        .build()?;
     let operator = OperatorClient::new(&args.operator_url, SecretString::from(args.token.clone()))?;
     let partners = Arc::new(create_partners(&operator, &args).await?);
     let observed = Arc::new(Mutex::new(Observed {
@@ -135,7 +143,10 @@ pub async fn run(args: LoadtestArgs) -> anyhow::Result<u8> {
     let settled_at = started.elapsed().as_secs_f64();
 
     // Every task holding it has finished.
-    let observed = Arc::into_inner(observed).context("drive tasks still running")?.into_inner().unwrap_or_else(|p| p.into_inner());
+    let observed = Arc::into_inner(observed)
+        .context("drive tasks still running")?
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner());
     let verdict = check(&args, &http, &partners, &observed, all_final).await?;
     let accepted: u64 = observed.accepted.values().map(|s| s.len() as u64).sum();
     let histogram = &observed.latency_us;
@@ -177,26 +188,46 @@ fn ms(us: u64) -> f64 {
     round2(us as f64 / 1000.0)
 }
 
-async fn create_partners(operator: &OperatorClient, args: &LoadtestArgs) -> anyhow::Result<Vec<Partner>> {
+async fn create_partners(
+    operator: &OperatorClient,
+    args: &LoadtestArgs,
+) -> anyhow::Result<Vec<Partner>> {
     let run = uuid::Uuid::new_v4().simple().to_string();
     let mut partners = Vec::with_capacity(args.partners);
     for n in 0..args.partners {
         let body = json!({ "name": format!("Load {run} {n}"), "slug": format!("load-{}-{n}", &run[..12]), "tier": args.tier, "status": "live" });
-        let (status, partner) = operator.send(Method::POST, "/partners", Some(&body)).await?;
+        let (status, partner) = operator
+            .send(Method::POST, "/partners", Some(&body))
+            .await?;
         if status != StatusCode::CREATED {
             bail!("creating a partner: {status} {partner}");
         }
         let id = partner["id"].as_str().context("partner id")?.to_owned();
-        let (status, key) = operator.send(Method::POST, &format!("/partners/{id}/keys"), Some(&json!({ "mode": "live", "label": "loadtest" }))).await?;
+        let (status, key) = operator
+            .send(
+                Method::POST,
+                &format!("/partners/{id}/keys"),
+                Some(&json!({ "mode": "live", "label": "loadtest" })),
+            )
+            .await?;
         if status != StatusCode::CREATED {
             bail!("issuing a key: {status} {key}");
         }
         let funding = json!({ "kind": "adjustment", "amount_cents": args.funding_cents, "description": "loadtest funding" });
-        let (status, entry) = operator.send(Method::POST, &format!("/partners/{id}/movements"), Some(&funding)).await?;
+        let (status, entry) = operator
+            .send(
+                Method::POST,
+                &format!("/partners/{id}/movements"),
+                Some(&funding),
+            )
+            .await?;
         if status != StatusCode::CREATED {
             bail!("funding: {status} {entry}");
         }
-        partners.push(Partner { id, key: key["secret"].as_str().context("key secret")?.to_owned() });
+        partners.push(Partner {
+            id,
+            key: key["secret"].as_str().context("key secret")?.to_owned(),
+        });
     }
     Ok(partners)
 }
@@ -208,7 +239,12 @@ struct Answer {
     order_id: Option<String>,
 }
 
-async fn post_order(http: &reqwest::Client, args: &LoadtestArgs, partner: &Partner, key: &str) -> Result<(Answer, Duration), reqwest::Error> {
+async fn post_order(
+    http: &reqwest::Client,
+    args: &LoadtestArgs,
+    partner: &Partner,
+    key: &str,
+) -> Result<(Answer, Duration), reqwest::Error> {
     let started = Instant::now();
     let response = http
         .post(format!("{}/partner/v1/orders", args.public_url))
@@ -220,20 +256,45 @@ async fn post_order(http: &reqwest::Client, args: &LoadtestArgs, partner: &Partn
     let status = response.status().as_u16();
     let body: Value = response.json().await.unwrap_or(Value::Null);
     Ok((
-        Answer { status, code: body["error"]["code"].as_str().map(str::to_owned), order_id: body["id"].as_str().map(str::to_owned) },
+        Answer {
+            status,
+            code: body["error"]["code"].as_str().map(str::to_owned),
+            order_id: body["id"].as_str().map(str::to_owned),
+        },
         started.elapsed(),
     ))
 }
 
-async fn get_read(http: &reqwest::Client, args: &LoadtestArgs, partner: &Partner, path: &str) -> Result<(Answer, Duration), reqwest::Error> {
+async fn get_read(
+    http: &reqwest::Client,
+    args: &LoadtestArgs,
+    partner: &Partner,
+    path: &str,
+) -> Result<(Answer, Duration), reqwest::Error> {
     let started = Instant::now();
-    let response = http.get(format!("{}/partner/v1{path}", args.public_url)).bearer_auth(&partner.key).send().await?;
+    let response = http
+        .get(format!("{}/partner/v1{path}", args.public_url))
+        .bearer_auth(&partner.key)
+        .send()
+        .await?;
     let status = response.status().as_u16();
     let _ = response.bytes().await?;
-    Ok((Answer { status, code: None, order_id: None }, started.elapsed()))
+    Ok((
+        Answer {
+            status,
+            code: None,
+            order_id: None,
+        },
+        started.elapsed(),
+    ))
 }
 
-fn record(observed: &Mutex<Observed>, partner_index: usize, key: &str, answer: Result<(Answer, Duration), reqwest::Error>) {
+fn record(
+    observed: &Mutex<Observed>,
+    partner_index: usize,
+    key: &str,
+    answer: Result<(Answer, Duration), reqwest::Error>,
+) {
     let mut seen = observed.lock().unwrap_or_else(|p| p.into_inner());
     match answer {
         Ok((answer, took)) => {
@@ -244,8 +305,14 @@ fn record(observed: &Mutex<Observed>, partner_index: usize, key: &str, answer: R
             };
             *seen.by_status.entry(label).or_insert(0) += 1;
             if let Some(order_id) = answer.order_id {
-                seen.key_orders.entry(key.to_owned()).or_default().insert(order_id.clone());
-                seen.accepted.entry(partner_index).or_default().insert(order_id);
+                seen.key_orders
+                    .entry(key.to_owned())
+                    .or_default()
+                    .insert(order_id.clone());
+                seen.accepted
+                    .entry(partner_index)
+                    .or_default()
+                    .insert(order_id);
             }
         }
         Err(_) => seen.transport_errors += 1,
@@ -253,21 +320,50 @@ fn record(observed: &Mutex<Observed>, partner_index: usize, key: &str, answer: R
 }
 
 /// The drive phase; returns how many requests were sent.
-async fn drive(args: &LoadtestArgs, http: &reqwest::Client, partners: &Arc<Vec<Partner>>, observed: &Arc<Mutex<Observed>>) -> u64 {
+async fn drive(
+    args: &LoadtestArgs,
+    http: &reqwest::Client,
+    partners: &Arc<Vec<Partner>>,
+    observed: &Arc<Mutex<Observed>>,
+) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(args.duration);
     let budget = args.count;
     let issued = Arc::new(AtomicU64::new(0));
     let sent = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let progress = progress_bar(args, budget);
-    let workers = if args.rate.is_some() { args.concurrency.max(64) } else { args.concurrency.max(1) };
-    let ticker = args.rate.map(|rate| Arc::new(tokio::sync::Mutex::new(tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64)))));
-    let watcher = tokio::spawn(watch_balances(args.clone(), http.clone(), partners.clone(), observed.clone(), stop.clone()));
+    let workers = if args.rate.is_some() {
+        args.concurrency.max(64)
+    } else {
+        args.concurrency.max(1)
+    };
+    let ticker = args.rate.map(|rate| {
+        Arc::new(tokio::sync::Mutex::new(tokio::time::interval(
+            Duration::from_secs_f64(1.0 / rate.max(1) as f64),
+        )))
+    });
+    let watcher = tokio::spawn(watch_balances(
+        args.clone(),
+        http.clone(),
+        partners.clone(),
+        observed.clone(),
+        stop.clone(),
+    ));
 
     let mut tasks = Vec::with_capacity(workers);
     for worker in 0..workers {
-        let (args, http, partners, observed) = (args.clone(), http.clone(), partners.clone(), observed.clone());
-        let (issued, sent, progress, ticker) = (issued.clone(), sent.clone(), progress.clone(), ticker.clone());
+        let (args, http, partners, observed) = (
+            args.clone(),
+            http.clone(),
+            partners.clone(),
+            observed.clone(),
+        );
+        let (issued, sent, progress, ticker) = (
+            issued.clone(),
+            sent.clone(),
+            progress.clone(),
+            ticker.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             loop {
                 let n = issued.fetch_add(1, Ordering::Relaxed);
@@ -281,7 +377,11 @@ async fn drive(args: &LoadtestArgs, http: &reqwest::Client, partners: &Arc<Vec<P
                 if let Some(ticker) = &ticker {
                     ticker.lock().await.tick().await;
                 }
-                let partner_index = if args.hot { 0 } else { (n as usize + worker) % partners.len() };
+                let partner_index = if args.hot {
+                    0
+                } else {
+                    (n as usize + worker) % partners.len()
+                };
                 let partner = &partners[partner_index];
                 if let Some(path) = &args.read_path {
                     let answer = get_read(&http, &args, partner, path).await;
@@ -293,7 +393,10 @@ async fn drive(args: &LoadtestArgs, http: &reqwest::Client, partners: &Arc<Vec<P
                 let key = format!("lt-{}", uuid::Uuid::new_v4().simple());
                 let roll = rand::random::<f64>();
                 if roll < args.race_fraction {
-                    let (a, b) = tokio::join!(post_order(&http, &args, partner, &key), post_order(&http, &args, partner, &key));
+                    let (a, b) = tokio::join!(
+                        post_order(&http, &args, partner, &key),
+                        post_order(&http, &args, partner, &key)
+                    );
                     record(&observed, partner_index, &key, a);
                     record(&observed, partner_index, &key, b);
                     sent.fetch_add(2, Ordering::Relaxed);
@@ -340,22 +443,39 @@ fn progress_bar(args: &LoadtestArgs, count: Option<u64>) -> ProgressBar {
 }
 
 /// Reads balances during the drive: none may ever be negative.
-async fn watch_balances(args: LoadtestArgs, http: reqwest::Client, partners: Arc<Vec<Partner>>, observed: Arc<Mutex<Observed>>, stop: Arc<AtomicBool>) {
+async fn watch_balances(
+    args: LoadtestArgs,
+    http: reqwest::Client,
+    partners: Arc<Vec<Partner>>,
+    observed: Arc<Mutex<Observed>>,
+    stop: Arc<AtomicBool>,
+) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     while !stop.load(Ordering::Relaxed) {
         tick.tick().await;
-        let watched = if args.hot { &partners[..1] } else { &partners[..partners.len().min(5)] };
+        let watched = if args.hot {
+            &partners[..1]
+        } else {
+            &partners[..partners.len().min(5)]
+        };
         for partner in watched {
             if let Ok(Some(balance)) = balance(&http, &args, partner).await
                 && balance < 0
             {
-                observed.lock().unwrap_or_else(|p| p.into_inner()).negative_balance_seen = true;
+                observed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .negative_balance_seen = true;
             }
         }
     }
 }
 
-async fn balance(http: &reqwest::Client, args: &LoadtestArgs, partner: &Partner) -> anyhow::Result<Option<i64>> {
+async fn balance(
+    http: &reqwest::Client,
+    args: &LoadtestArgs,
+    partner: &Partner,
+) -> anyhow::Result<Option<i64>> {
     let body: Value = http
         .get(format!("{}/partner/v1/balance", args.public_url))
         .bearer_auth(&partner.key)
@@ -367,7 +487,11 @@ async fn balance(http: &reqwest::Client, args: &LoadtestArgs, partner: &Partner)
 }
 
 /// Waits until no partner has an order in `processing`.
-async fn settle(args: &LoadtestArgs, http: &reqwest::Client, partners: &[Partner]) -> anyhow::Result<bool> {
+async fn settle(
+    args: &LoadtestArgs,
+    http: &reqwest::Client,
+    partners: &[Partner],
+) -> anyhow::Result<bool> {
     let deadline = Instant::now() + Duration::from_secs(args.settle_timeout);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
@@ -375,7 +499,10 @@ async fn settle(args: &LoadtestArgs, http: &reqwest::Client, partners: &[Partner
         let mut processing = 0;
         for partner in partners {
             let body: Value = http
-                .get(format!("{}/partner/v1/orders?status=processing&limit=1", args.public_url))
+                .get(format!(
+                    "{}/partner/v1/orders?status=processing&limit=1",
+                    args.public_url
+                ))
                 .bearer_auth(&partner.key)
                 .send()
                 .await?
@@ -398,7 +525,11 @@ struct Verdict {
 }
 
 /// Every page of a partner's ledger.
-async fn whole_ledger(http: &reqwest::Client, args: &LoadtestArgs, partner: &Partner) -> anyhow::Result<Vec<Value>> {
+async fn whole_ledger(
+    http: &reqwest::Client,
+    args: &LoadtestArgs,
+    partner: &Partner,
+) -> anyhow::Result<Vec<Value>> {
     let mut rows = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -406,7 +537,13 @@ async fn whole_ledger(http: &reqwest::Client, args: &LoadtestArgs, partner: &Par
         if let Some(cursor) = &cursor {
             url.push_str(&format!("&cursor={cursor}"));
         }
-        let page: Value = http.get(url).bearer_auth(&partner.key).send().await?.json().await?;
+        let page: Value = http
+            .get(url)
+            .bearer_auth(&partner.key)
+            .send()
+            .await?
+            .json()
+            .await?;
         rows.extend(page["data"].as_array().cloned().unwrap_or_default());
         match page["next_cursor"].as_str() {
             Some(next) => cursor = Some(next.to_owned()),
@@ -415,11 +552,23 @@ async fn whole_ledger(http: &reqwest::Client, args: &LoadtestArgs, partner: &Par
     }
 }
 
-async fn check(args: &LoadtestArgs, http: &reqwest::Client, partners: &[Partner], observed: &Observed, all_final: bool) -> anyhow::Result<Verdict> {
+async fn check(
+    args: &LoadtestArgs,
+    http: &reqwest::Client,
+    partners: &[Partner],
+    observed: &Observed,
+    all_final: bool,
+) -> anyhow::Result<Verdict> {
     let mut failures = Vec::new();
-    let double_keys = observed.key_orders.values().filter(|ids| ids.len() > 1).count();
+    let double_keys = observed
+        .key_orders
+        .values()
+        .filter(|ids| ids.len() > 1)
+        .count();
     if double_keys > 0 {
-        failures.push(format!("{double_keys} Idempotency-Keys answered with two different orders"));
+        failures.push(format!(
+            "{double_keys} Idempotency-Keys answered with two different orders"
+        ));
     }
     if observed.negative_balance_seen {
         failures.push("a negative balance was read during the run".to_owned());
@@ -430,43 +579,83 @@ async fn check(args: &LoadtestArgs, http: &reqwest::Client, partners: &[Partner]
     let mut per_partner = Vec::new();
     for (index, partner) in partners.iter().enumerate() {
         let ledger = whole_ledger(http, args, partner).await?;
-        let sum: i64 = ledger.iter().filter_map(|r| r["amount_cents"].as_i64()).sum();
+        let sum: i64 = ledger
+            .iter()
+            .filter_map(|r| r["amount_cents"].as_i64())
+            .sum();
         let purchases = ledger.iter().filter(|r| r["kind"] == "purchase").count();
-        let refunds: i64 = ledger.iter().filter(|r| r["kind"] == "refund").filter_map(|r| r["amount_cents"].as_i64()).sum();
-        let negative_rows = ledger.iter().filter(|r| r["balance_after_cents"].as_i64().is_some_and(|b| b < 0)).count();
+        let refunds: i64 = ledger
+            .iter()
+            .filter(|r| r["kind"] == "refund")
+            .filter_map(|r| r["amount_cents"].as_i64())
+            .sum();
+        let negative_rows = ledger
+            .iter()
+            .filter(|r| r["balance_after_cents"].as_i64().is_some_and(|b| b < 0))
+            .count();
         let balance = balance(http, args, partner).await?.unwrap_or(i64::MIN);
         let accepted = observed.accepted.get(&index).map_or(0, HashSet::len);
         if balance != sum {
-            failures.push(format!("{}: balance {balance} != ledger sum {sum}", partner.id));
+            failures.push(format!(
+                "{}: balance {balance} != ledger sum {sum}",
+                partner.id
+            ));
         }
         if purchases != accepted {
-            failures.push(format!("{}: {accepted} accepted orders but {purchases} purchase rows", partner.id));
+            failures.push(format!(
+                "{}: {accepted} accepted orders but {purchases} purchase rows",
+                partner.id
+            ));
         }
         if negative_rows > 0 {
-            failures.push(format!("{}: {negative_rows} ledger rows with a negative balance", partner.id));
+            failures.push(format!(
+                "{}: {negative_rows} ledger rows with a negative balance",
+                partner.id
+            ));
         }
         if index < 10 {
             per_partner.push(json!({ "partner_id": partner.id, "balance_cents": balance, "ledger_sum_cents": sum, "purchase_rows": purchases, "accepted_orders": accepted, "refunded_cents": refunds }));
         }
     }
-    Ok(Verdict { pass: failures.is_empty(), details: json!({ "failures": failures, "partners": per_partner }) })
+    Ok(Verdict {
+        pass: failures.is_empty(),
+        details: json!({ "failures": failures, "partners": per_partner }),
+    })
 }
 
 fn print_text(report: &Value) {
-    println!("partners            {} {}", report["partners"], if report["hot"] == true { "(one hot)" } else { "" });
+    println!(
+        "partners            {} {}",
+        report["partners"],
+        if report["hot"] == true {
+            "(one hot)"
+        } else {
+            ""
+        }
+    );
     println!("requests            {}", report["requests"]);
     println!("requests/s          {}", report["requests_per_second"]);
     println!("accepted orders     {}", report["accepted_orders"]);
     println!("accepted/s          {}", report["accepted_per_second"]);
     println!("settled/s           {}", report["settled_per_second"]);
     let l = &report["latency_ms"];
-    println!("latency ms          p50 {}  p90 {}  p99 {}  p99.9 {}  max {}", l["p50"], l["p90"], l["p99"], l["p99.9"], l["max"]);
+    println!(
+        "latency ms          p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+        l["p50"], l["p90"], l["p99"], l["p99.9"], l["max"]
+    );
     println!("responses           {}", report["responses"]);
     if report["transport_errors"] != 0 {
         println!("transport errors    {}", report["transport_errors"]);
     }
-    for failure in report["invariants"]["failures"].as_array().into_iter().flatten() {
-        println!("violation           {}", failure.as_str().unwrap_or_default());
+    for failure in report["invariants"]["failures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        println!(
+            "violation           {}",
+            failure.as_str().unwrap_or_default()
+        );
     }
     println!("{}", report["verdict"].as_str().unwrap_or("FAIL"));
 }

@@ -279,9 +279,12 @@ impl Actor for AccountActor {
 }
 
 /// Decides a batch in memory and commits it in one transaction. If the
-/// commit fails, every request of the batch is answered 500 (the partner
-/// retries with the same key, which is safe) and the in-memory state is
-/// reloaded from the database, so memory never drifts from what committed.
+/// commit fails, the in-memory state is reloaded from the database, so memory
+/// never drifts from what committed, and each request is decided again on its
+/// own: when the failure was a guard firing (another node moved the float or
+/// bound one of the keys), the others still go through and the loser replays;
+/// when the database is down, each is answered 500 (the partner retries with
+/// the same key, which is safe).
 async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
     if batch.is_empty() {
         return;
@@ -295,13 +298,19 @@ async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
             }
         }
         Err(err) => {
-            tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %err, "group commit failed; the batch is answered 500");
+            tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %err, "group commit failed; deciding the batch one request at a time");
             state.keys.clear();
             if let Err(reload) = state.reload_balances().await {
                 tracing::error!(partner_id = %state.args.partner_id, error = %reload, "balances could not be reloaded after a failed commit");
+                for (_, reply) in batch {
+                    let _ = reply.send(Err(ApiError::new(ErrorCode::InternalError)));
+                }
+                return;
             }
-            for (_, reply) in batch {
-                let _ = reply.send(Err(ApiError::new(ErrorCode::InternalError)));
+            for ((_, reply), request) in batch.into_iter().zip(requests) {
+                let decision = place_order(state, request).await;
+                announce(state, &decision);
+                let _ = reply.send(decision);
             }
         }
     }
@@ -366,7 +375,7 @@ async fn commit_batch(
     for (request, plan) in requests.iter().zip(&planned.plans) {
         match plan {
             Plan::Accept(order) => accepted.push(NewOrder {
-                order: order.clone(),
+                order: (**order).clone(),
                 fingerprint: request.fingerprint.clone(),
             }),
             Plan::Refuse { error, bind: true } => refusals.push(idempotency_key::Model {
@@ -419,7 +428,7 @@ async fn commit_batch(
     let mut decisions = Vec::with_capacity(requests.len());
     for plan in planned.plans {
         decisions.push(match plan {
-            Plan::Accept(order) => Ok(Decision::Accepted(order)),
+            Plan::Accept(order) => Ok(Decision::Accepted(*order)),
             Plan::Refuse { error, .. } | Plan::Reused(error) => Ok(Decision::Refused(error)),
             Plan::Replay(Binding::Refusal(error)) => Ok(Decision::ReplayedRefusal(error)),
             Plan::Replay(Binding::Order(id)) => match in_batch.get(id.as_str()) {

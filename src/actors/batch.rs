@@ -30,7 +30,7 @@ pub struct Request {
 #[derive(Debug, Clone)]
 pub enum Plan {
     /// Debit and write this order.
-    Accept(order::Model),
+    Accept(Box<order::Model>),
     /// Refuse; `bind` when the refusal binds the key (402, 403).
     Refuse { error: ApiError, bind: bool },
     /// The key is bound already (before or earlier in this batch): replay it.
@@ -105,7 +105,7 @@ pub fn plan(
             }
             Ok(order) => {
                 *balance -= order.total_cents;
-                Plan::Accept(order.clone())
+                Plan::Accept(Box::new(order.clone()))
             }
         };
         match &plan {

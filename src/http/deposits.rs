@@ -71,6 +71,8 @@ impl DepositView {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewDeposit {
+    /// Absent reads as null, so a missing amount is named like a wrong one.
+    #[serde(default)]
     amount_cents: Value,
 }
 
@@ -103,6 +105,12 @@ pub async fn create(
             ));
         }
         Some(amount) => amount,
+        None if body.amount_cents.is_null() => {
+            return Err(ApiError::invalid(
+                "amount_cents",
+                "is required: an integer number of cents",
+            ));
+        }
         None => {
             return Err(ApiError::invalid(
                 "amount_cents",
@@ -244,9 +252,11 @@ pub async fn ledger(
         format!("must be one of {}", LEDGER_KINDS.join(", ")),
     );
     let created_after =
-        pagination::parse_datetime(query.created_after.as_deref(), "created_after", &mut v);
+        pagination::parse_datetime(query.created_after.as_deref(), "created_after", &mut v)
+            .map(pagination::ceil_to_micros);
     let created_before =
-        pagination::parse_datetime(query.created_before.as_deref(), "created_before", &mut v);
+        pagination::parse_datetime(query.created_before.as_deref(), "created_before", &mut v)
+            .map(pagination::ceil_to_micros);
     let limit = pagination::parse_limit(query.limit.as_deref(), &mut v);
     pagination::check_cursor_length(query.cursor.as_deref(), &mut v);
     v.into_result()?;

@@ -391,7 +391,8 @@ pub async fn list(
     let created_after =
         pagination::parse_datetime(query.created_after.as_deref(), "created_after", &mut v);
     let created_before =
-        pagination::parse_datetime(query.created_before.as_deref(), "created_before", &mut v);
+        pagination::parse_datetime(query.created_before.as_deref(), "created_before", &mut v)
+            .map(pagination::ceil_to_micros);
     let limit = pagination::parse_limit(query.limit.as_deref(), &mut v);
     pagination::check_cursor_length(query.cursor.as_deref(), &mut v);
     v.into_result()?;

@@ -91,3 +91,17 @@ pub fn parse_datetime(
         }
     }
 }
+
+/// Rounds a bound up to the next whole microsecond. Rows are stored to the
+/// microsecond and PostgreSQL truncates a finer bound, so `created_at >= t`
+/// and `created_at < t` are only exact with the bound rounded up. (An
+/// exclusive lower bound, `created_at > t`, is exact truncated.)
+pub fn ceil_to_micros(at: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+    use chrono::SubsecRound;
+    let truncated = at.trunc_subsecs(6);
+    if truncated == at {
+        at
+    } else {
+        truncated + chrono::Duration::microseconds(1)
+    }
+}

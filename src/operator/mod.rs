@@ -38,7 +38,10 @@ pub fn routes(state: AppState) -> Router<AppState> {
         )
         .route("/partners/{id}/keys", post(keys::issue))
         .route("/partners/{id}/movements", post(money::create_movement))
-        .route("/partners/{id}/wire-deposits", post(money::create_wire_deposit))
+        .route(
+            "/partners/{id}/wire-deposits",
+            post(money::create_wire_deposit),
+        )
         .route("/reviews", get(money::list_reviews))
         .route("/reviews/{id}/resolve", post(money::resolve_review))
         .route(

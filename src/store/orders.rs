@@ -616,8 +616,7 @@ pub async fn accept_batch<C: ConnectionTrait>(
         match mode {
             Mode::Live => {
                 let mut balance = row.balance_cents + total;
-                let mut seq = row.next_seq - count;
-                for new in &mine {
+                for (seq, new) in (row.next_seq - count..).zip(&mine) {
                     balance -= new.order.total_cents;
                     ledger_rows.push(ledger_entry::ActiveModel::from(ledger_entry::Model {
                         id: LedgerEntryId::generate().into_string(),
@@ -632,7 +631,6 @@ pub async fn accept_batch<C: ConnectionTrait>(
                         movement_key: Some(format!("{}:purchase", new.order.id)),
                         created_at: now,
                     }));
-                    seq += 1;
                 }
                 after.0 = Some(row.balance_cents);
             }

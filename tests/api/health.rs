@@ -83,7 +83,7 @@ async fn a_database_failure_on_a_request_is_an_internal_error_envelope() {
 
 #[tokio::test]
 async fn shutdown_drains_and_returns_cleanly() {
-    let app = spawn_app().await;
+    let mut app = spawn_app().await;
     let response = app.partner(Method::GET, "/health").send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
 

@@ -172,8 +172,10 @@ impl TestApp {
         (partner, key)
     }
 
-    /// Stops the service and waits for it to finish draining.
-    pub async fn stop(mut self) -> anyhow::Result<()> {
+    /// Stops the service and waits for it to finish draining. The value
+    /// stays alive, and with it the database it owns, so that another node
+    /// can go on using that database.
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -4,9 +4,11 @@
 
 mod auth;
 mod catalogue;
+mod deposits;
 mod envelope;
 mod health;
 mod helpers;
 mod me;
 mod operator;
+mod orders;
 mod rate_limits;
