@@ -1801,3 +1801,31 @@ async fn the_sandbox_float_is_reset_by_the_operator_without_a_ledger_row() {
     }
     assert_eq!(balance(&app, &sandbox).await, 1_000_000_000);
 }
+
+#[tokio::test]
+async fn an_unreachable_provider_is_a_retryable_503_and_stores_nothing() {
+    // A port nothing listens on: the provider cannot be reached at all.
+    let app = spawn_app_with(&[("payments.base_url", "http://127.0.0.1:9")]).await;
+    let (_, secret) = live_partner(&app).await;
+
+    let (status, body) = post_deposit(&app, &secret, r#"{"amount_cents": 10000}"#).await;
+
+    let error = assert_error(status, &body, 503, "service_unavailable");
+    assert_eq!(error["retryable"], true);
+    let stored = deposit::Entity::find().all(&app.db).await.unwrap();
+    assert!(stored.is_empty(), "no pending deposit was stored: {stored:?}");
+    let (_, page) = get(&app, &secret, "/deposits").await;
+    assert_eq!(page["data"], json!([]));
+}
+
+#[tokio::test]
+async fn without_a_provider_deposits_are_unavailable_and_not_retryable() {
+    let app = spawn_app_with(&[("simulators.enabled", "false"), ("supplier.base_url", "http://127.0.0.1:9")]).await;
+    let (_, secret) = live_partner(&app).await;
+
+    let (status, body) = post_deposit(&app, &secret, r#"{"amount_cents": 10000}"#).await;
+
+    let error = assert_error(status, &body, 503, "service_unavailable");
+    assert!(error.get("retryable").is_none(), "{error}");
+    assert!(deposit::Entity::find().all(&app.db).await.unwrap().is_empty());
+}
