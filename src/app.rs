@@ -26,7 +26,7 @@ use secrecy::ExposeSecret;
 use crate::{
     actors::{
         accounts::Accounts,
-        provisioning::ProvisioningArgs,
+        provisioning::{DeliveryWriter, ProvisioningArgs},
         reconciler::ReconcilerArgs,
         services::{ServicesArgs, ServicesMsg, ServicesSupervisor},
     },
@@ -98,6 +98,9 @@ pub struct Shared {
     pub fault_injection: bool,
     /// Crypto deposits.
     pub deposits: Deposits,
+    /// When this node provisions: how long a freshly accepted order is
+    /// claimed for it (the order is inserted claimed, saving a write).
+    pub provisioning_lease: Option<chrono::Duration>,
 }
 
 /// The supplier of each mode.
@@ -193,6 +196,7 @@ impl Application {
         );
         let services = if settings.provisioning.enabled {
             let provisioning = ProvisioningArgs {
+                writer: DeliveryWriter::start(db.clone()),
                 db: db.clone(),
                 accounts: accounts.clone(),
                 live: suppliers.live.clone(),
@@ -248,6 +252,10 @@ impl Application {
             accounts,
             suppliers,
             fault_injection: settings.operator.fault_injection,
+            provisioning_lease: settings
+                .provisioning
+                .enabled
+                .then(|| chrono::Duration::seconds(settings.provisioning.lease_seconds as i64)),
             deposits,
             catalogue,
             cursors: CursorCodec::new(settings.cursor.secret.expose_secret().as_bytes()),

@@ -321,7 +321,10 @@ fn announce(state: &AccountState, decision: &Result<Decision, ApiError>) {
     if let Ok(Decision::Accepted(order)) = decision
         && let Some(provisioning) = &state.args.provisioning
     {
-        let _ = provisioning.cast(ProvisioningMsg::Provision(order.id.clone()));
+        let _ = provisioning.cast(ProvisioningMsg::Provision {
+            order_id: order.id.clone(),
+            claimed: order.claimed_until.is_some(),
+        });
     }
 }
 

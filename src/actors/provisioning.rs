@@ -31,14 +31,18 @@ use crate::{
 
 /// Messages of the provisioning actor.
 pub enum ProvisioningMsg {
-    /// Provision the pending units of an order.
-    Provision(String),
+    /// Provision the pending units of an order. `claimed`: the order was
+    /// inserted already claimed by this node (fresh from acceptance), so no
+    /// claim write is needed.
+    Provision { order_id: String, claimed: bool },
 }
 
 /// What provisioning needs.
 #[derive(Clone)]
 pub struct ProvisioningArgs {
     pub db: Db,
+    /// Stores delivered profiles in batches.
+    pub writer: DeliveryWriter,
     pub accounts: Accounts,
     /// The supplier of live orders.
     pub live: Arc<dyn Supplier>,
@@ -90,14 +94,14 @@ impl Actor for ProvisioningActor {
         message: ProvisioningMsg,
         state: &mut ProvisioningState,
     ) -> Result<(), ActorProcessingErr> {
-        let ProvisioningMsg::Provision(order_id) = message;
+        let ProvisioningMsg::Provision { order_id, claimed } = message;
         let args = state.args.clone();
         let permits = state.permits.clone();
         tokio::spawn(async move {
             let Ok(_permit) = permits.acquire_owned().await else {
                 return;
             };
-            if let Err(err) = provision_order(&args, &order_id).await {
+            if let Err(err) = provision_order(&args, &order_id, claimed).await {
                 tracing::warn!(order_id, error = %err, "provisioning pass failed; the reconciler will re-drive it");
                 let _ = store::orders::release(&args.db, &order_id).await;
             }
@@ -108,10 +112,14 @@ impl Actor for ProvisioningActor {
 
 /// One provisioning pass over an order.
 #[tracing::instrument(skip_all, fields(order_id = %order_id))]
-async fn provision_order(args: &ProvisioningArgs, order_id: &str) -> anyhow::Result<()> {
+async fn provision_order(
+    args: &ProvisioningArgs,
+    order_id: &str,
+    claimed: bool,
+) -> anyhow::Result<()> {
     let now = time::now();
     let until = now + chrono::Duration::from_std(args.lease)?;
-    if !store::orders::claim(&args.db, order_id, now, until).await? {
+    if !claimed && !store::orders::claim(&args.db, order_id, now, until).await? {
         return Ok(());
     }
     let Some(order) = store::orders::get_order(&args.db, order_id).await? else {
@@ -147,11 +155,14 @@ async fn provision_order(args: &ProvisioningArgs, order_id: &str) -> anyhow::Res
                 .map_err(|e| anyhow::anyhow!("refund: {e}"))?;
         }
     }
-    match store::orders::finalize(&args.db, order_id, time::now()).await? {
-        Some(status) => {
-            tracing::info!(order_id, partner_id = %order.partner_id, status, elapsed_ms = started.elapsed().as_millis() as u64, "order settled")
-        }
-        None => store::orders::release(&args.db, order_id).await?,
+    // Deliveries are settled by the delivery writer and refunds by the account
+    // actor; what is left is a unit to retry later, or nothing to do at all.
+    if outcomes.iter().any(|o| matches!(o, UnitOutcome::Later)) {
+        store::orders::release(&args.db, order_id).await?;
+    } else if outcomes.is_empty()
+        && let Some(status) = store::orders::finalize(&args.db, order_id, time::now()).await?
+    {
+        tracing::info!(order_id, partner_id = %order.partner_id, status, elapsed_ms = started.elapsed().as_millis() as u64, "order settled");
     }
     Ok(())
 }
@@ -217,15 +228,9 @@ async fn place(
             ));
         }
         match supplier.place_order(&unit.id, &order.plan_id).await {
-            Ok(order_no) => {
-                if store::orders::set_supplier_order(&args.db, &unit.id, &order_no, time::now())
-                    .await
-                    .is_err()
-                {
-                    return Err(UnitOutcome::Later);
-                }
-                return Ok(order_no);
-            }
+            // Not written down: the supplier answers the same order number
+            // for the same transaction id, so a re-drive simply asks again.
+            Ok(order_no) => return Ok(order_no),
             Err(SupplierError::Refused(reason)) => {
                 tracing::warn!(unit_id = %unit.id, reason, "supplier refused the order");
                 return Err(UnitOutcome::Refund(
@@ -278,18 +283,111 @@ async fn store_profile(
         activation_code: profile.activation_code.clone(),
         created_at: now,
     };
-    let stored = async {
-        let txn = store::begin_write(&args.db).await?;
-        let delivered = store::orders::deliver_unit(&txn, row, now).await?;
-        txn.commit().await?;
-        Ok::<bool, sea_orm::DbErr>(delivered)
-    }
-    .await;
-    match stored {
+    match args.writer.deliver(row).await {
         Ok(_) => UnitOutcome::Delivered,
         Err(err) => {
             tracing::warn!(unit_id = %unit.id, error = %err, "storing the profile failed; will retry");
             UnitOutcome::Later
         }
     }
+}
+
+/// One profile waiting for the delivery writer.
+type Delivery = (
+    esim::Model,
+    tokio::sync::oneshot::Sender<Result<bool, sea_orm::DbErr>>,
+);
+
+/// Deliveries stored in one transaction at most.
+const DELIVERY_BATCH: usize = 256;
+
+/// The single writer of delivered profiles: it stores every profile queued
+/// behind the one in progress, and settles their orders, in one transaction,
+/// so provisioning does not compete with order acceptance for the database's
+/// writer one fsync per unit.
+#[derive(Clone)]
+pub struct DeliveryWriter {
+    queue: tokio::sync::mpsc::Sender<Delivery>,
+}
+
+impl DeliveryWriter {
+    /// Starts the writer task; it ends when every handle is dropped.
+    pub fn start(db: Db) -> Self {
+        let (queue, mut incoming) = tokio::sync::mpsc::channel::<Delivery>(4096);
+        tokio::spawn(async move {
+            while let Some(first) = incoming.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < DELIVERY_BATCH {
+                    match incoming.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
+                }
+                write_deliveries(&db, batch).await;
+            }
+        });
+        Self { queue }
+    }
+
+    /// Stores one profile (and settles its order if that was its last unit).
+    /// `Ok(false)`: the unit was already settled, nothing written.
+    pub async fn deliver(&self, profile: esim::Model) -> Result<bool, sea_orm::DbErr> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.queue
+            .send((profile, answer))
+            .await
+            .map_err(|_| sea_orm::DbErr::Custom("the delivery writer stopped".into()))?;
+        answered
+            .await
+            .map_err(|_| sea_orm::DbErr::Custom("the delivery writer stopped".into()))?
+    }
+}
+
+async fn write_deliveries(db: &Db, batch: Vec<Delivery>) {
+    let profiles: Vec<esim::Model> = batch.iter().map(|(p, _)| p.clone()).collect();
+    match store_deliveries(db, &profiles).await {
+        Ok(results) => {
+            for ((_, answer), result) in batch.into_iter().zip(results) {
+                let _ = answer.send(Ok(result));
+            }
+        }
+        Err(err) if batch.len() > 1 => {
+            // One bad row must not fail the others: store them one by one.
+            tracing::warn!(size = batch.len(), error = %err, "batched delivery failed; storing one by one");
+            for (profile, answer) in batch {
+                let result = store_deliveries(db, std::slice::from_ref(&profile))
+                    .await
+                    .map(|r| r.first().copied().unwrap_or(false));
+                let _ = answer.send(result);
+            }
+        }
+        Err(err) => {
+            for (_, answer) in batch {
+                let _ = answer.send(Err(err.clone()));
+            }
+        }
+    }
+}
+
+async fn store_deliveries(db: &Db, profiles: &[esim::Model]) -> Result<Vec<bool>, sea_orm::DbErr> {
+    let now = time::now();
+    let txn = store::begin_write(db).await?;
+    let mut delivered = Vec::with_capacity(profiles.len());
+    for profile in profiles {
+        delivered.push(store::orders::deliver_unit(&txn, profile.clone(), now).await?);
+    }
+    let mut orders: Vec<&str> = profiles.iter().map(|p| p.order_id.as_str()).collect();
+    orders.sort_unstable();
+    orders.dedup();
+    let mut settled = Vec::new();
+    for order_id in orders {
+        if let Some(status) = store::orders::finalize(&txn, order_id, now).await? {
+            settled.push((order_id.to_owned(), status));
+        }
+    }
+    txn.commit().await?;
+    for (order_id, status) in settled {
+        tracing::info!(order_id, status, "order settled");
+    }
+    Ok(delivered)
 }

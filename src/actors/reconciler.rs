@@ -75,7 +75,10 @@ impl Actor for ReconcilerActor {
                     return Ok(());
                 };
                 for id in ids {
-                    let _ = provisioning.cast(ProvisioningMsg::Provision(id));
+                    let _ = provisioning.cast(ProvisioningMsg::Provision {
+                        order_id: id,
+                        claimed: false,
+                    });
                 }
             }
             Err(err) => tracing::warn!(error = %err, "reconciler pass failed"),

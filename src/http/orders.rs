@@ -275,6 +275,7 @@ fn price_order(
     };
     let total = pricing::total(unit.unit_cents, valid.quantity)
         .ok_or_else(|| ApiError::new(ErrorCode::PlanUnavailable))?;
+    let now = time::now();
     Ok(order::Model {
         id: OrderId::generate().into_string(),
         partner_id: caller.partner_id().to_owned(),
@@ -291,8 +292,9 @@ fn price_order(
         failure_code: None,
         refunded_cents: 0,
         attempts: 0,
-        claimed_until: None,
-        created_at: time::now(),
+        // A node that provisions claims the order as it accepts it.
+        claimed_until: state.provisioning_lease.map(|lease| now + lease),
+        created_at: now,
         completed_at: None,
     })
 }

@@ -1813,19 +1813,32 @@ async fn an_unreachable_provider_is_a_retryable_503_and_stores_nothing() {
     let error = assert_error(status, &body, 503, "service_unavailable");
     assert_eq!(error["retryable"], true);
     let stored = deposit::Entity::find().all(&app.db).await.unwrap();
-    assert!(stored.is_empty(), "no pending deposit was stored: {stored:?}");
+    assert!(
+        stored.is_empty(),
+        "no pending deposit was stored: {stored:?}"
+    );
     let (_, page) = get(&app, &secret, "/deposits").await;
     assert_eq!(page["data"], json!([]));
 }
 
 #[tokio::test]
 async fn without_a_provider_deposits_are_unavailable_and_not_retryable() {
-    let app = spawn_app_with(&[("simulators.enabled", "false"), ("supplier.base_url", "http://127.0.0.1:9")]).await;
+    let app = spawn_app_with(&[
+        ("simulators.enabled", "false"),
+        ("supplier.base_url", "http://127.0.0.1:9"),
+    ])
+    .await;
     let (_, secret) = live_partner(&app).await;
 
     let (status, body) = post_deposit(&app, &secret, r#"{"amount_cents": 10000}"#).await;
 
     let error = assert_error(status, &body, 503, "service_unavailable");
     assert!(error.get("retryable").is_none(), "{error}");
-    assert!(deposit::Entity::find().all(&app.db).await.unwrap().is_empty());
+    assert!(
+        deposit::Entity::find()
+            .all(&app.db)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
