@@ -103,34 +103,39 @@ impl Accounts {
         lock(&self.0.provisioning).clone()
     }
 
-    /// Asks the partner's actor to decide an order.
-    pub async fn place_order(
+    /// Sends the partner's actor one request and waits for its answer. If the
+    /// actor stops or fails with the message, its outcome is unknown here:
+    /// the caller gets a 500 and retries (an order with the same key, which
+    /// replays whatever was committed), and the directory forgets the actor.
+    async fn ask<T: Send + 'static>(
         &self,
         partner_id: &str,
-        request: PlaceOrder,
-    ) -> Result<Decision, ApiError> {
+        build: impl FnOnce(ractor::RpcReplyPort<T>) -> AccountMsg,
+    ) -> Result<T, ApiError> {
         let (actor, queued, _) = self.actor_for(partner_id).await?;
-        let request = Box::new(request);
         queued.fetch_add(1, Ordering::Relaxed);
-        let answer = actor
-            .call(
-                |reply| AccountMsg::PlaceOrder(request, reply),
-                Some(CALL_TIMEOUT),
-            )
-            .await;
+        let answer = actor.call(build, Some(CALL_TIMEOUT)).await;
         queued.fetch_sub(1, Ordering::Relaxed);
         match answer {
-            Ok(CallResult::Success(decision)) => decision,
-            Ok(_) | Err(_) => {
-                // The actor stopped or failed with the message: its outcome is
-                // unknown to us, so answer 500 and let the partner retry with the
-                // same key (the retry replays whatever was committed).
+            Ok(CallResult::Success(value)) => Ok(value),
+            _ => {
                 self.forget(partner_id, &actor);
                 Err(ApiError::internal(format_args!(
                     "account actor of {partner_id} did not answer"
                 )))
             }
         }
+    }
+
+    /// Asks the partner's actor to decide an order.
+    pub async fn place_order(
+        &self,
+        partner_id: &str,
+        request: PlaceOrder,
+    ) -> Result<Decision, ApiError> {
+        let request = Box::new(request);
+        self.ask(partner_id, |reply| AccountMsg::PlaceOrder(request, reply))
+            .await?
     }
 
     /// Asks the partner's actor to refund undelivered units of an order.
@@ -141,31 +146,15 @@ impl Accounts {
         unit_ids: Vec<String>,
         failure: FailureCode,
     ) -> Result<(), String> {
-        let (actor, queued, _) = self
-            .actor_for(partner_id)
-            .await
-            .map_err(|e| e.message.clone())?;
         let order_id = order_id.to_owned();
-        queued.fetch_add(1, Ordering::Relaxed);
-        let answer = actor
-            .call(
-                |reply| AccountMsg::Refund {
-                    order_id,
-                    unit_ids,
-                    failure,
-                    reply,
-                },
-                Some(CALL_TIMEOUT),
-            )
-            .await;
-        queued.fetch_sub(1, Ordering::Relaxed);
-        match answer {
-            Ok(CallResult::Success(result)) => result,
-            _ => {
-                self.forget(partner_id, &actor);
-                Err(format!("account actor of {partner_id} did not answer"))
-            }
-        }
+        self.ask(partner_id, |reply| AccountMsg::Refund {
+            order_id,
+            unit_ids,
+            failure,
+            reply,
+        })
+        .await
+        .map_err(|e| e.message.clone())?
     }
 
     /// Asks the partner's actor to move money on the live float.
@@ -174,24 +163,8 @@ impl Accounts {
         partner_id: &str,
         movement: Movement,
     ) -> Result<ledger_entry::Model, ApiError> {
-        let (actor, queued, _) = self.actor_for(partner_id).await?;
-        queued.fetch_add(1, Ordering::Relaxed);
-        let answer = actor
-            .call(
-                |reply| AccountMsg::Movement(movement, reply),
-                Some(CALL_TIMEOUT),
-            )
-            .await;
-        queued.fetch_sub(1, Ordering::Relaxed);
-        match answer {
-            Ok(CallResult::Success(result)) => result,
-            _ => {
-                self.forget(partner_id, &actor);
-                Err(ApiError::internal(format_args!(
-                    "account actor of {partner_id} did not answer"
-                )))
-            }
-        }
+        self.ask(partner_id, |reply| AccountMsg::Movement(movement, reply))
+            .await?
     }
 
     /// Asks the partner's actor to credit a confirmed crypto deposit.
@@ -201,23 +174,11 @@ impl Accounts {
         deposit_id: &str,
         amount_cents: i64,
     ) -> Result<bool, ApiError> {
-        let (actor, _, _) = self.actor_for(partner_id).await?;
         let deposit_id = deposit_id.to_owned();
-        match actor
-            .call(
-                |reply| AccountMsg::CreditDeposit(deposit_id, amount_cents, reply),
-                Some(CALL_TIMEOUT),
-            )
-            .await
-        {
-            Ok(CallResult::Success(result)) => result,
-            _ => {
-                self.forget(partner_id, &actor);
-                Err(ApiError::internal(format_args!(
-                    "account actor of {partner_id} did not answer"
-                )))
-            }
-        }
+        self.ask(partner_id, |reply| {
+            AccountMsg::CreditDeposit(deposit_id, amount_cents, reply)
+        })
+        .await?
     }
 
     /// Asks the partner's actor to record a wire deposit.
@@ -227,43 +188,19 @@ impl Accounts {
         amount_cents: i64,
         reference: &str,
     ) -> Result<entities::deposit::Model, ApiError> {
-        let (actor, _, _) = self.actor_for(partner_id).await?;
         let reference = reference.to_owned();
-        match actor
-            .call(
-                |reply| AccountMsg::WireDeposit(amount_cents, reference, reply),
-                Some(CALL_TIMEOUT),
-            )
-            .await
-        {
-            Ok(CallResult::Success(result)) => result,
-            _ => {
-                self.forget(partner_id, &actor);
-                Err(ApiError::internal(format_args!(
-                    "account actor of {partner_id} did not answer"
-                )))
-            }
-        }
+        self.ask(partner_id, |reply| {
+            AccountMsg::WireDeposit(amount_cents, reference, reply)
+        })
+        .await?
     }
 
     /// Asks the partner's actor to set the sandbox float.
     pub async fn set_sandbox_float(&self, partner_id: &str, cents: i64) -> Result<(), ApiError> {
-        let (actor, _, _) = self.actor_for(partner_id).await?;
-        match actor
-            .call(
-                |reply| AccountMsg::SetSandboxFloat(cents, reply),
-                Some(CALL_TIMEOUT),
-            )
-            .await
-        {
-            Ok(CallResult::Success(result)) => result,
-            _ => {
-                self.forget(partner_id, &actor);
-                Err(ApiError::internal(format_args!(
-                    "account actor of {partner_id} did not answer"
-                )))
-            }
-        }
+        self.ask(partner_id, |reply| {
+            AccountMsg::SetSandboxFloat(cents, reply)
+        })
+        .await?
     }
 
     /// Fault injection: makes the partner's actor fail.

@@ -169,7 +169,7 @@ pub async fn list(
             next_cursor: None,
         }));
     }
-    let mut rows = store::deposits::list(
+    let rows = store::deposits::list(
         &state.db,
         caller.partner_id(),
         query.status.as_deref(),
@@ -177,18 +177,10 @@ pub async fn list(
         limit as u64 + 1,
     )
     .await?;
-    let has_more = rows.len() > limit;
-    rows.truncate(limit);
-    let next_cursor = has_more
-        .then(|| {
-            rows.last().map(|d| {
-                state.cursors.encode(
-                    &scope,
-                    vec![d.created_at.timestamp_micros().into(), d.id.clone().into()],
-                )
-            })
-        })
-        .flatten();
+    let (rows, has_more, next_cursor) =
+        pagination::cut_page(rows, limit, &state.cursors, &scope, |d| {
+            vec![d.created_at.timestamp_micros().into(), d.id.clone().into()]
+        });
     Ok(Json(ListEnvelope {
         data: rows.into_iter().map(DepositView::new).collect(),
         has_more,
@@ -283,7 +275,7 @@ pub async fn ledger(
             next_cursor: None,
         }));
     }
-    let mut rows = store::deposits::ledger(
+    let rows = store::deposits::ledger(
         &state.db,
         caller.partner_id(),
         &LedgerQuery {
@@ -295,14 +287,8 @@ pub async fn ledger(
         },
     )
     .await?;
-    let has_more = rows.len() > limit;
-    rows.truncate(limit);
-    let next_cursor = has_more
-        .then(|| {
-            rows.last()
-                .map(|r| state.cursors.encode(&scope, vec![r.seq.into()]))
-        })
-        .flatten();
+    let (rows, has_more, next_cursor) =
+        pagination::cut_page(rows, limit, &state.cursors, &scope, |r| vec![r.seq.into()]);
     Ok(Json(ListEnvelope {
         data: rows.into_iter().map(LedgerEntryView::new).collect(),
         has_more,

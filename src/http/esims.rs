@@ -103,7 +103,7 @@ pub async fn list(
         ),
         None => None,
     };
-    let mut rows = store::esims::list(
+    let rows = store::esims::list(
         &state.db,
         caller.partner_id(),
         caller.mode,
@@ -116,21 +116,13 @@ pub async fn list(
         },
     )
     .await?;
-    let has_more = rows.len() > limit;
-    rows.truncate(limit);
-    let next_cursor = has_more
-        .then(|| {
-            rows.last().map(|e| {
-                state.cursors.encode(
-                    &scope,
-                    vec![
-                        e.created_at.timestamp_micros().into(),
-                        e.iccid.clone().into(),
-                    ],
-                )
-            })
-        })
-        .flatten();
+    let (rows, has_more, next_cursor) =
+        pagination::cut_page(rows, limit, &state.cursors, &scope, |e| {
+            vec![
+                e.created_at.timestamp_micros().into(),
+                e.iccid.clone().into(),
+            ]
+        });
     Ok(Json(ListEnvelope {
         data: rows.into_iter().map(EsimView::new).collect(),
         has_more,

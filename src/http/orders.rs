@@ -412,7 +412,7 @@ pub async fn list(
         ),
         None => None,
     };
-    let mut rows = store::orders::list_orders(
+    let rows = store::orders::list_orders(
         &state.db,
         caller.partner_id(),
         caller.mode,
@@ -425,18 +425,10 @@ pub async fn list(
         },
     )
     .await?;
-    let has_more = rows.len() > limit;
-    rows.truncate(limit);
-    let next_cursor = has_more
-        .then(|| {
-            rows.last().map(|o| {
-                state.cursors.encode(
-                    &scope,
-                    vec![o.created_at.timestamp_micros().into(), o.id.clone().into()],
-                )
-            })
-        })
-        .flatten();
+    let (rows, has_more, next_cursor) =
+        pagination::cut_page(rows, limit, &state.cursors, &scope, |o| {
+            vec![o.created_at.timestamp_micros().into(), o.id.clone().into()]
+        });
     let ids: Vec<String> = rows.iter().map(|o| o.id.clone()).collect();
     let mut esims = store::orders::esims_of(&state.db, &ids).await?;
     let data = rows

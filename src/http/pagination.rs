@@ -6,6 +6,25 @@ use serde_json::Value;
 use super::error::{ApiError, Violations};
 use crate::domain::cursor::{CursorCodec, MAX_LEN};
 
+/// A page cut from rows fetched with one row more than the limit: the rows,
+/// whether more follow, and the cursor after the last row.
+pub fn cut_page<T>(
+    mut rows: Vec<T>,
+    limit: usize,
+    codec: &CursorCodec,
+    scope: &str,
+    keyset: impl Fn(&T) -> Vec<Value>,
+) -> (Vec<T>, bool, Option<String>) {
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let next_cursor = if has_more {
+        rows.last().map(|last| codec.encode(scope, keyset(last)))
+    } else {
+        None
+    };
+    (rows, has_more, next_cursor)
+}
+
 /// Default and largest page sizes.
 pub const DEFAULT_LIMIT: usize = 50;
 pub const MAX_LIMIT: usize = 200;

@@ -1678,3 +1678,40 @@ async fn orders_racing_actor_failures_are_accepted_or_safely_retried_and_every_r
         1_000_000 - spent
     );
 }
+
+async fn account_actor_listed(app: &TestApp, partner_id: &str) -> bool {
+    let (_, body) = read(app.operator(Method::GET, "/actors").send().await.unwrap()).await;
+    body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|row| row["partner_id"] == partner_id)
+}
+
+#[tokio::test]
+async fn an_idle_account_actor_is_passivated_and_the_next_order_starts_it_again() {
+    let app = order_app_with(&[("accounts.idle_seconds", "1")]).await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 10_000).await;
+    accepted(&app, &secret, &order_body(1)).await;
+    assert!(account_actor_listed(&app, &partner_id).await);
+
+    eventually(
+        "the idle actor to be passivated",
+        Duration::from_secs(10),
+        || async { (!account_actor_listed(&app, &partner_id).await).then_some(()) },
+    )
+    .await;
+
+    let order = accepted(&app, &secret, &order_body(1)).await;
+    assert_eq!(order["status"], "processing");
+    assert!(
+        account_actor_listed(&app, &partner_id).await,
+        "started again on use"
+    );
+    assert_eq!(
+        balance(&app, &secret).await,
+        10_000 - 2 * BRONZE_UNIT,
+        "state reloaded from the database"
+    );
+}
