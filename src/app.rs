@@ -29,6 +29,7 @@ use crate::{
         provisioning::{DeliveryWriter, ProvisioningArgs},
         reconciler::ReconcilerArgs,
         services::{ServicesArgs, ServicesMsg, ServicesSupervisor},
+        writer::CommitWriter,
     },
     auth::KeyDirectory,
     catalogue::{self, Catalogue},
@@ -176,10 +177,15 @@ impl Application {
             },
         );
         let suppliers = build_suppliers(&settings, simulators_addr)?;
+        let batching = settings.store.commit_mode == crate::config::CommitMode::Batch;
+        // SQLite takes one writer at a time: batch across partners too.
+        let shared_writer = (batching && db.get_database_backend() == sea_orm::DbBackend::Sqlite)
+            .then(|| CommitWriter::start(db.clone()));
         let accounts = Accounts::start(
             db.clone(),
             Duration::from_secs(settings.accounts.idle_seconds),
-            settings.store.commit_mode == crate::config::CommitMode::Batch,
+            batching,
+            shared_writer,
         )
         .await?;
         let payments_sim = PaymentsSim::new(

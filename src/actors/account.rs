@@ -111,6 +111,8 @@ pub struct AccountArgs {
     pub provisioning: Option<ActorRef<ProvisioningMsg>>,
     /// Group commit (`store.commit_mode = "batch"`) or one transaction per order.
     pub batching: bool,
+    /// The shared writer that commits many actors' batches together (SQLite).
+    pub writer: Option<super::writer::CommitWriter>,
 }
 
 /// The actor.
@@ -316,6 +318,19 @@ async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
     }
 }
 
+/// Commits one batch in its own transaction (no shared writer).
+async fn commit_alone(
+    db: &Db,
+    job: super::writer::Job,
+) -> Result<super::writer::Committed, AcceptError> {
+    let txn = store::begin_write(db).await?;
+    let committed =
+        store::orders::accept_batch(&txn, &job.partner_id, &job.accepted, job.refusals, job.now)
+            .await?;
+    txn.commit().await?;
+    Ok(committed)
+}
+
 /// Hands an accepted order to provisioning.
 fn announce(state: &AccountState, decision: &Result<Decision, ApiError>) {
     if let Ok(Decision::Accepted(order)) = decision
@@ -395,22 +410,22 @@ async fn commit_batch(
         }
     }
     if !accepted.is_empty() || !refusals.is_empty() {
-        let txn = store::begin_write(&state.args.db).await?;
-        let (live, sandbox) = store::orders::accept_batch(
-            &txn,
-            &state.args.partner_id,
-            &accepted,
-            refusals.clone(),
+        let job = super::writer::Job {
+            partner_id: state.args.partner_id.clone(),
+            accepted: accepted.clone(),
+            refusals: refusals.clone(),
             now,
-        )
-        .await
-        .map_err(|e| match e {
+        };
+        let committed = match &state.args.writer {
+            Some(writer) => writer.submit(job).await,
+            None => commit_alone(&state.args.db, job).await,
+        };
+        let (live, sandbox) = committed.map_err(|e| match e {
             AcceptError::Insufficient => {
                 ApiError::new(ErrorCode::Conflict).with_message("the float moved under the batch")
             }
             AcceptError::Db(err) => ApiError::from(err),
         })?;
-        txn.commit().await?;
         if let Some(live) = live {
             state.live_cents = live;
         }
@@ -890,6 +905,7 @@ mod tests {
             db: db.clone(),
             provisioning: None,
             batching: true,
+            writer: Some(super::super::writer::CommitWriter::start(db.clone())),
         };
         let (actor, _) = Actor::spawn(None, AccountActor, args).await.unwrap();
 
@@ -930,6 +946,7 @@ mod tests {
             db: db.clone(),
             provisioning: None,
             batching: true,
+            writer: None,
         };
         let (actor, _) = Actor::spawn(None, AccountActor, args).await.unwrap();
         // Sabotage: units cannot be written, so the batch transaction fails half-way.
@@ -965,6 +982,68 @@ mod tests {
         assert_eq!(
             balances(&actor).await,
             store::orders::balances(&db, &partner_id).await.unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_shared_writer_commits_other_partners_when_one_jobs_guard_fires() {
+        use super::super::writer::{CommitWriter, Job};
+        let (_dir, db, poor) = database().await;
+        let rich = create(
+            &db,
+            NewPartner {
+                name: "R".into(),
+                slug: "r".into(),
+                status: "live".into(),
+                tier: "gold".into(),
+                discount_override_bps: None,
+                low_balance_threshold_cents: 0,
+                sandbox_float_cents: 50_000,
+            },
+            Utc::now(),
+        )
+        .await
+        .unwrap()
+        .partner
+        .id;
+        let writer = CommitWriter::start(db.clone());
+        let job = |partner: &str, key: &str, total: i64| {
+            let order = request(partner, key, total).verdict.unwrap();
+            Job {
+                partner_id: partner.into(),
+                accepted: vec![NewOrder {
+                    order,
+                    fingerprint: key.into(),
+                }],
+                refusals: Vec::new(),
+                now: Utc::now(),
+            }
+        };
+
+        let (too_big, fits) = tokio::join!(
+            writer.submit(job(&poor, "p1", 20_000)),
+            writer.submit(job(&rich, "r1", 20_000))
+        );
+
+        assert!(matches!(too_big, Err(AcceptError::Insufficient)));
+        assert_eq!(fits.unwrap().1, Some(30_000));
+        assert_eq!(
+            store::orders::balances(&db, &poor).await.unwrap().1,
+            10_000,
+            "the failed job rolled back alone"
+        );
+        assert_eq!(store::orders::balances(&db, &rich).await.unwrap().1, 30_000);
+        assert!(
+            store::orders::find_key(&db, &poor, "p1")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            store::orders::find_key(&db, &rich, "r1")
+                .await
+                .unwrap()
+                .is_some()
         );
     }
 }

@@ -56,6 +56,7 @@ struct Directory {
     supervisor: Mutex<Option<ActorRef<SupervisorMsg>>>,
     idle_after: Duration,
     batching: bool,
+    writer: Option<super::writer::CommitWriter>,
     total_restarts: AtomicU32,
 }
 
@@ -75,7 +76,12 @@ pub struct ActorInfo {
 
 impl Accounts {
     /// Starts the supervisor; account actors start on first use.
-    pub async fn start(db: Db, idle_after: Duration, batching: bool) -> anyhow::Result<Self> {
+    pub async fn start(
+        db: Db,
+        idle_after: Duration,
+        batching: bool,
+        writer: Option<super::writer::CommitWriter>,
+    ) -> anyhow::Result<Self> {
         let directory = Arc::new(Directory {
             db,
             provisioning: Mutex::new(None),
@@ -86,6 +92,7 @@ impl Accounts {
             supervisor: Mutex::new(None),
             idle_after,
             batching,
+            writer,
             total_restarts: AtomicU32::new(0),
         });
         let (supervisor, _) = Actor::spawn(None, AccountsSupervisor, directory.clone()).await?;
@@ -306,6 +313,7 @@ async fn spawn_account(
         db: directory.db.clone(),
         provisioning: lock(&directory.provisioning).clone(),
         batching: directory.batching,
+        writer: directory.writer.clone(),
     };
     let (actor, _) = Actor::spawn_linked(None, AccountActor, args, supervisor.get_cell()).await?;
     lock(&directory.owners).insert(actor.get_id(), partner_id.to_owned());

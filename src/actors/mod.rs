@@ -18,6 +18,7 @@ pub mod batch;
 pub mod provisioning;
 pub mod reconciler;
 pub mod services;
+pub mod writer;
 
 /// Logs one supervision event in the uniform shape operators filter on.
 pub fn log_lifecycle(actor: &str, partner_id: Option<&str>, event: &str, reason: &str) {
