@@ -196,7 +196,7 @@ impl Actor for AccountActor {
         args: AccountArgs,
     ) -> Result<AccountState, ActorProcessingErr> {
         let (live_cents, sandbox_cents) =
-            store::orders::balances(&args.db, &args.partner_id).await?;
+            Box::pin(store::orders::balances(&args.db, &args.partner_id)).await?;
         Ok(AccountState {
             args,
             live_cents,
@@ -213,6 +213,18 @@ impl Actor for AccountActor {
         message: AccountMsg,
         state: &mut AccountState,
     ) -> Result<(), ActorProcessingErr> {
+        // Boxed: the actor's task is sized for its largest await state, and the
+        // order and database futures are large; an idle actor should not carry them.
+        Box::pin(handle_message(myself, message, state)).await
+    }
+}
+
+async fn handle_message(
+    myself: ActorRef<AccountMsg>,
+    message: AccountMsg,
+    state: &mut AccountState,
+) -> Result<(), ActorProcessingErr> {
+    {
         match message {
             AccountMsg::PlaceOrder(request, reply) if state.args.batching => {
                 // Everything already queued ahead of the Flush joins this batch.
