@@ -14,9 +14,13 @@
 //!   every response a request id and every error the spec's envelope;
 //!   [`http::extract`] refuses unknown parameters and fields.
 //! - [`actors`]: ractor actors: an account actor per partner (the only
-//!   writer of its floats), their supervising directory, provisioning and the
-//!   reconciler.
+//!   writer of its floats, deciding queued orders in groups), their
+//!   supervising directory, the shared commit writer, provisioning with its
+//!   delivery writer, and the reconciler.
 //! - [`supplier`]: the eSIM supplier trait, its HTTP adapter and the sandbox supplier.
+//! - [`payments`]: the payment-provider trait and the BTCPay Greenfield
+//!   adapter with callback verification; [`deposits`]: the deposit state
+//!   machine driven by what the provider says.
 //! - [`operator`]: the operator API on its own listener, and the `admin` CLI
 //!   that wraps it.
 //! - [`auth`]: key lookups with a short per-node cache; [`limits`]: the
@@ -25,11 +29,14 @@
 //! - [`catalogue`]: the plan catalogue in memory, priced per caller, seeded
 //!   from `config/catalogue.json` on first start.
 //! - [`domain`]: pure rules (ids, key material, account status and gating,
-//!   source addresses, rate windows, pricing, cursors); no I/O.
+//!   source addresses, rate windows, pricing, cursors, idempotency
+//!   fingerprints, ICCIDs, order settlement); no I/O.
 //! - [`store`]: sea-orm persistence; the only module that knows SQL.
 //! - [`simulators`]: stand-ins for the supplier and the payment provider.
 //! - [`docs`]: reference pages, so every `doc_url` resolves.
 //! - [`telemetry`]: log output (`pretty` or `json`).
+//! - [`loadtest`]: the `loadtest` command that drives a running server and
+//!   checks the money through the API.
 
 pub mod actors;
 pub mod app;
