@@ -3,6 +3,7 @@
 //! spoken to over HTTP.
 
 mod auth;
+mod authz;
 mod catalogue;
 mod deposits;
 mod envelope;
