@@ -13,3 +13,4 @@ mod me;
 mod operator;
 mod orders;
 mod rate_limits;
+mod secrets;

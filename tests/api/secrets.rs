@@ -1,0 +1,154 @@
+//! Secrets never reach the logs or an error body: the real binary runs with
+//! JSON logs captured, is exercised with issued keys, wrong keys and a wrong
+//! operator token, and its whole log is searched for every secret.
+
+use std::{process::Stdio, time::Duration};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+use crate::helpers::eventually;
+
+const TOKEN: &str = "secret-operator-token-never-logged-42";
+
+#[tokio::test]
+async fn secrets_never_appear_in_logs_or_error_bodies() {
+    esim_reseller::install_tls_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_esim-reseller"))
+        .arg("serve")
+        .env(
+            "ESIM__DATABASE__URL",
+            format!("sqlite://{}/s.db?mode=rwc", dir.path().display()),
+        )
+        .env("ESIM__HTTP__PUBLIC_ADDR", "127.0.0.1:0")
+        .env("ESIM__HTTP__OPERATOR_ADDR", "127.0.0.1:0")
+        .env("ESIM__SIMULATORS__ADDR", "127.0.0.1:0")
+        .env("ESIM__OPERATOR__TOKEN", TOKEN)
+        .env("ESIM__LOG__FORMAT", "json")
+        .env("ESIM__LOG__LEVEL", "debug")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the binary");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let collector = {
+        let log = log.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                log.lock().unwrap().push(line);
+            }
+        })
+    };
+    let address = |listener: &'static str| {
+        let log = log.clone();
+        async move {
+            log.lock().unwrap().iter().find_map(|line| {
+                let json: Value = serde_json::from_str(line).ok()?;
+                (json["listener"] == listener)
+                    .then(|| json["addr"].as_str().map(str::to_owned))
+                    .flatten()
+            })
+        }
+    };
+    let public = eventually("the public listener", Duration::from_secs(30), || {
+        address("public")
+    })
+    .await;
+    let operator = eventually("the operator listener", Duration::from_secs(30), || {
+        address("operator")
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let op = |method: Method, path: &str| {
+        client
+            .request(method, format!("http://{operator}/operator/v1{path}"))
+            .bearer_auth(TOKEN)
+    };
+
+    let partner: Value = op(Method::POST, "/partners")
+        .json(&json!({ "name": "Quiet", "tier": "gold", "status": "live" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = partner["id"].as_str().unwrap();
+    let key: Value = op(Method::POST, &format!("/partners/{id}/keys"))
+        .json(&json!({ "mode": "live" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let secret = key["secret"].as_str().unwrap().to_owned();
+    let rotated: Value = op(
+        Method::POST,
+        &format!("/keys/{}/rotate", key["id"].as_str().unwrap()),
+    )
+    .json(&json!({ "grace_seconds": 0 }))
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let new_secret = rotated["secret"].as_str().unwrap().to_owned();
+
+    let mut bodies = Vec::new();
+    for presented in [
+        secret.as_str(),
+        new_secret.as_str(),
+        "svc_sk_live_notarealkeynotarealkeynotarealkeynotareal",
+    ] {
+        let response = client
+            .get(format!("http://{public}/partner/v1/me"))
+            .bearer_auth(presented)
+            .send()
+            .await
+            .unwrap();
+        bodies.push(response.text().await.unwrap());
+    }
+    let wrong_token = client
+        .get(format!("http://{operator}/operator/v1/partners/{id}"))
+        .bearer_auth(format!("{TOKEN}-wrong"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_token.status(), StatusCode::UNAUTHORIZED);
+    bodies.push(wrong_token.text().await.unwrap());
+    let order = client
+        .post(format!("http://{public}/partner/v1/orders"))
+        .bearer_auth(&new_secret)
+        .header("idempotency-key", "secrets-test-key-0001")
+        .json(&json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 1 }))
+        .send()
+        .await
+        .unwrap();
+    bodies.push(order.text().await.unwrap());
+
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+    let _ = collector.await;
+    let log = log.lock().unwrap().join("\n");
+    assert!(log.contains("request finished"), "the log was captured");
+    for needle in [
+        secret.as_str(),
+        new_secret.as_str(),
+        TOKEN,
+        "sim-webhook-secret",
+        "sim-supplier-secret",
+        "dev-cursor-secret",
+    ] {
+        assert!(!log.contains(needle), "a secret is in the log: {needle}");
+        for body in &bodies {
+            assert!(!body.contains(needle), "a secret is in an answer: {needle}");
+        }
+    }
+}
