@@ -12,9 +12,11 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use entities::{deposit, idempotency_key, ledger_entry, order};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use serde_json::Value;
 
-use super::provisioning::ProvisioningMsg;
+use super::{
+    batch::{binds, insufficient, key_reused},
+    provisioning::ProvisioningMsg,
+};
 use crate::{
     domain::{order::FailureCode, partner::Mode, time},
     http::error::{ApiError, ErrorCode},
@@ -597,16 +599,9 @@ async fn replay(
         return Ok(None);
     };
     if record.mode != request.mode.as_str() || record.fingerprint != request.fingerprint {
-        let why = if record.mode != request.mode.as_str() {
-            "This Idempotency-Key was used by a key of the other mode."
-        } else {
-            "This Idempotency-Key was used with a different request; use a new key or resend the original body."
-        };
-        return Ok(Some(Decision::Refused(
-            ApiError::new(ErrorCode::IdempotencyKeyReused)
-                .with_message(why)
-                .with_param("Idempotency-Key"),
-        )));
+        return Ok(Some(Decision::Refused(key_reused(
+            record.mode != request.mode.as_str(),
+        ))));
     }
     if let Some(order_id) = &record.order_id {
         let order = store::orders::get_order(&state.args.db, order_id)
@@ -620,21 +615,6 @@ async fn replay(
         .and_then(ApiError::from_stored)
         .ok_or_else(|| ApiError::internal("a bound refusal is unreadable"))?;
     Ok(Some(Decision::ReplayedRefusal(refusal)))
-}
-
-/// Refusals that bind the key for good (402, 403).
-fn binds(refusal: &ApiError) -> bool {
-    matches!(refusal.http_status().as_u16(), 402 | 403)
-}
-
-fn insufficient(mode: Mode, balance: i64, required: i64) -> ApiError {
-    let mut refusal = ApiError::new(ErrorCode::BalanceInsufficient)
-        .with_extra("balance_cents", balance)
-        .with_extra("required_cents", required);
-    if mode == Mode::Sandbox {
-        refusal = refusal.with_extra("mode", "sandbox");
-    }
-    refusal
 }
 
 /// Binds the key to a refusal and answers it. If another node bound the key
@@ -798,11 +778,6 @@ async fn wire_deposit(
             .with_param("reference")),
         Err(err) => Err(ApiError::from(err)),
     }
-}
-
-/// The order body's metadata as stored.
-pub fn metadata_or_empty(metadata: Option<Value>) -> Value {
-    metadata.unwrap_or_else(|| Value::Object(Default::default()))
 }
 
 #[cfg(test)]

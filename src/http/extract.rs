@@ -160,7 +160,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 }
 
 /// Deserializes a JSON object into `T`, naming unknown and mistyped fields.
-fn from_object<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+pub fn from_object<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
     let Value::Object(object) = &value else {
         return Err(ApiError::invalid_request("The body must be a JSON object."));
     };

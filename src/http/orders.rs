@@ -22,7 +22,7 @@ use super::{
     auth::Caller,
     error::{ApiError, ErrorCode, Violations},
     esims::EsimView,
-    extract::{NoQuery, StrictQuery, parse_json},
+    extract::{NoQuery, StrictQuery, from_object},
     pagination::{self, ListEnvelope},
     plans::{MAX_QUANTITY, caller_rate},
 };
@@ -139,7 +139,8 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
 fn parse_order_body(body: &Bytes) -> Result<ValidOrder, ApiError> {
     let raw: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid_request(format!("The body is not valid JSON: {e}.")))?;
-    let parsed: OrderBody = parse_json(body)?;
+    let fingerprint = fingerprint(&raw);
+    let parsed: OrderBody = from_object(raw)?;
     let mut v = Violations::default();
     let plan_id = match &parsed.plan_id {
         Some(Value::String(id)) if id.len() <= 64 && check_id(id, "pl_").is_ok() => id.clone(),
@@ -193,7 +194,7 @@ fn parse_order_body(body: &Bytes) -> Result<ValidOrder, ApiError> {
         plan_id,
         quantity,
         metadata,
-        fingerprint: fingerprint(&raw),
+        fingerprint,
     })
 }
 

@@ -11,7 +11,6 @@ use sea_orm::{
     QueryOrder, QuerySelect,
     sea_query::{Expr, ExprTrait},
 };
-use serde_json::Value;
 
 use crate::domain::{
     ids::LedgerEntryId,
@@ -404,22 +403,6 @@ pub async fn stranded<C: ConnectionTrait>(
         .collect())
 }
 
-/// Records the supplier's order number of a unit.
-pub async fn set_supplier_order<C: ConnectionTrait>(
-    db: &C,
-    unit_id: &str,
-    order_no: &str,
-    now: DateTime<Utc>,
-) -> Result<(), DbErr> {
-    order_unit::Entity::update_many()
-        .col_expr(order_unit::Column::SupplierOrderNo, Expr::value(order_no))
-        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
-        .filter(order_unit::Column::Id.eq(unit_id))
-        .exec(db)
-        .await
-        .map(|_| ())
-}
-
 /// Counts a failed attempt on a unit.
 pub async fn unit_failed_attempt<C: ConnectionTrait>(
     db: &C,
@@ -554,14 +537,6 @@ pub async fn finalize<C: ConnectionTrait>(
         .exec(db)
         .await?;
     Ok((result.rows_affected == 1).then_some(status))
-}
-
-/// The body a key bound to a refusal replays.
-pub fn refusal_body(record: &idempotency_key::Model) -> Option<(u16, Value)> {
-    Some((
-        u16::try_from(record.error_status?).ok()?,
-        record.error_body.clone()?,
-    ))
 }
 
 /// Rows per multi-row insert, inside every database's bind-parameter limit.
