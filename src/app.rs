@@ -12,7 +12,7 @@ use std::{
 };
 
 use anyhow::Context;
-use axum::{Router, extract::DefaultBodyLimit, middleware};
+use axum::{Router, extract::DefaultBodyLimit, middleware, routing::get};
 use secrecy::SecretString;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -52,7 +52,9 @@ use crate::{
         supplier::{Faults, SupplierSim},
     },
     store::{self, Db},
-    supplier::{Supplier, esim_access::EsimAccessClient, sandbox::SandboxSupplier},
+    supplier::{
+        Supplier, esim_access::EsimAccessClient, metered::Metered, sandbox::SandboxSupplier,
+    },
 };
 
 /// State shared by every handler.
@@ -139,6 +141,7 @@ pub struct Application {
 impl Application {
     /// Connects, migrates and binds; logs a `listening` line per listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        crate::metrics::install();
         let db = store::connect(&settings.database).await?;
         store::migrate(&db).await?;
         if settings.catalogue.seed {
@@ -335,16 +338,21 @@ impl Application {
             .with_state(self.state.clone());
         let operator_router = Router::new()
             .nest("/operator/v1", operator::routes(self.state.clone()))
+            .route("/metrics", get(crate::metrics::render))
             .with_state(self.state.clone());
 
         let public = serve(
             self.public,
-            finish(public_router, &envelope_ctx, self.body_limit),
+            finish(public_router, &envelope_ctx, self.body_limit).layer(
+                middleware::from_fn_with_state("public", crate::metrics::track_requests),
+            ),
             stop.clone(),
         );
         let operator = serve(
             self.operator,
-            finish(operator_router, &envelope_ctx, self.operator_body_limit),
+            finish(operator_router, &envelope_ctx, self.operator_body_limit).layer(
+                middleware::from_fn_with_state("operator", crate::metrics::track_requests),
+            ),
             stop.clone(),
         );
         let refresher = tokio::spawn(refresh_catalogue(
@@ -405,7 +413,7 @@ fn build_suppliers(
         Duration::from_millis(settings.supplier.timeout_ms),
     )?;
     Ok(Suppliers {
-        live: Arc::new(live),
+        live: Arc::new(Metered::new(Arc::new(live))),
         sandbox: Arc::new(SandboxSupplier::new(Duration::from_millis(
             settings.sandbox.slow_provisioning_ms,
         ))),

@@ -35,6 +35,9 @@
 //! - [`simulators`]: stand-ins for the supplier and the payment provider.
 //! - [`docs`]: reference pages, so every `doc_url` resolves.
 //! - [`telemetry`]: log output (`pretty` or `json`).
+//! - [`metrics`]: Prometheus metrics at `/metrics` on the operator listener:
+//!   request counts and latencies by route template, orders, provisioning,
+//!   supplier calls, deposits, actors, the database pool, refusals.
 //! - [`loadtest`]: the `loadtest` command that drives a running server and
 //!   checks the money through the API.
 
@@ -49,6 +52,7 @@ pub mod domain;
 pub mod http;
 pub mod limits;
 pub mod loadtest;
+pub mod metrics;
 pub mod operator;
 pub mod payments;
 pub mod simulators;

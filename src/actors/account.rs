@@ -345,8 +345,11 @@ async fn commit_alone(
     Ok(committed)
 }
 
-/// Hands an accepted order to provisioning.
+/// Counts an accepted order and hands it to provisioning.
 fn announce(state: &AccountState, decision: &Result<Decision, ApiError>) {
+    if let Ok(Decision::Accepted(order)) = decision {
+        crate::metrics::order_accepted(&order.mode);
+    }
     if let Ok(Decision::Accepted(order)) = decision
         && let Some(provisioning) = &state.args.provisioning
     {
@@ -679,7 +682,10 @@ async fn refund(
             tracing::info!(partner_id = %order.partner_id, order_id, unit_id, failure = failure.as_str(), "unit refunded");
         }
     }
-    store::orders::finalize(&db, order_id, time::now()).await?;
+    let now = time::now();
+    if let Some(settled) = store::orders::finalize(&db, order_id, now).await? {
+        crate::metrics::order_settled(&settled, now);
+    }
     Ok(())
 }
 
@@ -748,6 +754,7 @@ async fn credit_deposit(
             txn.commit().await?;
             state.live_cents = balance_after;
             tracing::info!(partner_id = %deposit.partner_id, deposit_id, amount_cents = amount, ledger_entry_id = %entry.id, "deposit credited");
+            crate::metrics::deposit_transition(&deposit.status, store::deposits::CREDITED);
             Ok(true)
         }
         Ok(None) => Ok(false),
@@ -771,6 +778,7 @@ async fn wire_deposit(
             txn.commit().await?;
             state.live_cents = balance_after;
             tracing::info!(partner_id = %deposit.partner_id, deposit_id = %deposit.id, amount_cents = amount, "wire deposit recorded");
+            crate::metrics::deposit_transition("none", store::deposits::CREDITED);
             Ok(deposit)
         }
         Err(err) if store::is_unique_violation(&err) => Err(ApiError::new(ErrorCode::Conflict)

@@ -96,6 +96,17 @@ pub struct ActorInfo {
     pub started_at: DateTime<Utc>,
 }
 
+/// What [`Accounts::load`] reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AccountsLoad {
+    /// Account actors running.
+    pub live: usize,
+    /// Messages sent to them and not yet answered.
+    pub queued: usize,
+    /// The most waiting at one actor.
+    pub max_queued: usize,
+}
+
 impl Accounts {
     /// Starts the supervisor; account actors start on first use.
     pub async fn start(
@@ -255,6 +266,22 @@ impl Accounts {
             .collect();
         rows.sort_by(|a, b| a.partner_id.cmp(&b.partner_id));
         rows
+    }
+
+    /// How many account actors run and how much waits at them, from the
+    /// same entries as [`Self::list`] without copying them.
+    pub fn load(&self) -> AccountsLoad {
+        let entries = lock(&self.0.entries);
+        let mut load = AccountsLoad {
+            live: entries.len(),
+            ..AccountsLoad::default()
+        };
+        for entry in entries.values() {
+            let queued = entry.queued.load(Ordering::Relaxed);
+            load.queued += queued;
+            load.max_queued = load.max_queued.max(queued);
+        }
+        load
     }
 
     /// Restarts of account actors since this process started.
@@ -477,12 +504,15 @@ impl Actor for AccountsSupervisor {
                         return;
                     }
                     match spawn_account(&directory, &partner, "restart after failure").await {
-                        Ok(()) => log_lifecycle(
-                            "account",
-                            Some(&partner),
-                            "restarted",
-                            "state reloaded from the database",
-                        ),
+                        Ok(()) => {
+                            crate::metrics::actor_restarted("account");
+                            log_lifecycle(
+                                "account",
+                                Some(&partner),
+                                "restarted",
+                                "state reloaded from the database",
+                            )
+                        }
                         Err(err) => log_lifecycle(
                             "account",
                             Some(&partner),

@@ -159,10 +159,12 @@ async fn provision_order(
     // actor; what is left is a unit to retry later, or nothing to do at all.
     if outcomes.iter().any(|o| matches!(o, UnitOutcome::Later)) {
         store::orders::release(&args.db, order_id).await?;
-    } else if outcomes.is_empty()
-        && let Some(status) = store::orders::finalize(&args.db, order_id, time::now()).await?
-    {
-        tracing::info!(order_id, partner_id = %order.partner_id, status, elapsed_ms = started.elapsed().as_millis() as u64, "order settled");
+    } else if outcomes.is_empty() {
+        let now = time::now();
+        if let Some(settled) = store::orders::finalize(&args.db, order_id, now).await? {
+            crate::metrics::order_settled(&settled, now);
+            tracing::info!(order_id, partner_id = %order.partner_id, status = settled.status, elapsed_ms = started.elapsed().as_millis() as u64, "order settled");
+        }
     }
     Ok(())
 }
@@ -381,13 +383,14 @@ async fn store_deliveries(db: &Db, profiles: &[esim::Model]) -> Result<Vec<bool>
     orders.dedup();
     let mut settled = Vec::new();
     for order_id in orders {
-        if let Some(status) = store::orders::finalize(&txn, order_id, now).await? {
-            settled.push((order_id.to_owned(), status));
+        if let Some(order) = store::orders::finalize(&txn, order_id, now).await? {
+            settled.push((order_id.to_owned(), order));
         }
     }
     txn.commit().await?;
-    for (order_id, status) in settled {
-        tracing::info!(order_id, status, "order settled");
+    for (order_id, order) in settled {
+        crate::metrics::order_settled(&order, now);
+        tracing::info!(order_id, status = order.status, "order settled");
     }
     Ok(delivered)
 }

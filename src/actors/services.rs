@@ -100,6 +100,7 @@ impl Actor for ServicesSupervisor {
                     .await?;
                 }
                 log_lifecycle(kind, None, "restarted", "after failure");
+                crate::metrics::actor_restarted(kind);
             }
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
                 let kind = if state.provisioning_id == Some(cell.get_id()) {

@@ -509,13 +509,24 @@ pub async fn refund_unit<C: ConnectionTrait>(
     Ok(Some(balance_after))
 }
 
-/// Settles the order once no unit is pending. Returns the final status if
+/// An order that [`finalize`] settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    /// The final status.
+    pub status: &'static str,
+    pub mode: String,
+    pub failure_code: Option<String>,
+    /// When it was accepted.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Settles the order once no unit is pending. Returns the settled order if
 /// this call settled it.
 pub async fn finalize<C: ConnectionTrait>(
     db: &C,
     order_id: &str,
     now: DateTime<Utc>,
-) -> Result<Option<&'static str>, DbErr> {
+) -> Result<Option<Settled>, DbErr> {
     let units = units_of(db, order_id).await?;
     let count = |status: &str| units.iter().filter(|u| u.status == status).count();
     let Some(status) = rules::settled_status(
@@ -536,7 +547,18 @@ pub async fn finalize<C: ConnectionTrait>(
         .filter(order::Column::Status.eq(rules::PROCESSING))
         .exec(db)
         .await?;
-    Ok((result.rows_affected == 1).then_some(status))
+    if result.rows_affected != 1 {
+        return Ok(None);
+    }
+    Ok(order::Entity::find_by_id(order_id)
+        .one(db)
+        .await?
+        .map(|order| Settled {
+            status,
+            mode: order.mode,
+            failure_code: order.failure_code,
+            created_at: order.created_at,
+        }))
 }
 
 /// Rows per multi-row insert, inside every database's bind-parameter limit.

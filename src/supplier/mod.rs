@@ -1,12 +1,13 @@
 //! The eSIM supplier: a [`Supplier`] trait, the HTTP adapter of the real
 //! wholesale API ([`esim_access`]), and the in-process supplier that sandbox
-//! orders use ([`sandbox`]).
+//! orders use ([`sandbox`]); [`metered`] counts and times the calls of another.
 //!
 //! One supplier order is placed per unit, with the unit id as the supplier's
 //! transaction id: the supplier treats a repeated transaction id as the same
 //! order, so a retry or a re-drive never buys twice.
 
 pub mod esim_access;
+pub mod metered;
 pub mod sandbox;
 
 use async_trait::async_trait;

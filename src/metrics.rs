@@ -1,0 +1,385 @@
+//! Prometheus metrics, served as text at `/metrics` on the operator listener.
+//!
+//! Built on the `metrics` facade with `metrics-exporter-prometheus` as the
+//! recorder: event sites record with one call to a helper below, without
+//! passing a registry around, and the exporter renders the text format. The
+//! recorder is process-wide and installed once ([`install`]), so several
+//! applications in one process (the integration tests) share one set of
+//! series; a deployment runs one application per process.
+//!
+//! Counters and histograms are recorded where the event happens. Gauges that
+//! describe the present (live actors, mailbox lengths, the database pool) are
+//! read from their source when `/metrics` is scraped ([`render`]), which is
+//! more honest than keeping a second count up to date.
+//!
+//! Labels are bounded: a request is labelled with its route template (axum's
+//! [`MatchedPath`], never the raw path, so ids do not make new series),
+//! unknown methods with `other`, and nothing is labelled per partner.
+
+use std::{
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use axum::{
+    extract::{MatchedPath, Request, State},
+    http::{HeaderValue, Method, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use chrono::{DateTime, Utc};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::{
+    app::AppState,
+    store::{self, orders::Settled},
+    supplier::SupplierError,
+};
+
+/// HTTP requests answered: `listener`, `route`, `method`, `status`.
+pub const HTTP_REQUESTS: &str = "esim_http_requests_total";
+/// Seconds from a request's arrival to its answer, same labels as [`HTTP_REQUESTS`].
+pub const HTTP_REQUEST_DURATION: &str = "esim_http_request_duration_seconds";
+/// Orders accepted (202) by the account actors: `mode`.
+pub const ORDERS_ACCEPTED: &str = "esim_orders_accepted_total";
+/// Orders settled: `mode`, `status`, `failure_code`.
+pub const ORDERS_SETTLED: &str = "esim_orders_settled_total";
+/// Seconds from an order's acceptance to its settlement: `mode`, `status`.
+pub const PROVISIONING_DURATION: &str = "esim_provisioning_duration_seconds";
+/// Calls to the live supplier: `operation`, `outcome`.
+pub const SUPPLIER_CALLS: &str = "esim_supplier_calls_total";
+/// Seconds per supplier call: `operation`, `outcome`.
+pub const SUPPLIER_CALL_DURATION: &str = "esim_supplier_call_duration_seconds";
+/// Deposit status changes: `from`, `to`.
+pub const DEPOSIT_TRANSITIONS: &str = "esim_deposit_transitions_total";
+/// Actors running on this node: `kind`.
+pub const ACTORS_LIVE: &str = "esim_actors_live";
+/// Messages sent to actors and not yet answered, summed over the kind: `kind`.
+pub const ACTOR_MAILBOX_MESSAGES: &str = "esim_actor_mailbox_messages";
+/// The longest mailbox of one actor of the kind: `kind`.
+pub const ACTOR_MAILBOX_MAX: &str = "esim_actor_mailbox_max_messages";
+/// Actors restarted by their supervisor after a failure: `kind`.
+pub const ACTOR_RESTARTS: &str = "esim_actor_restarts_total";
+/// Connections of the database pool: `state` (`idle`, `in_use`).
+pub const DB_POOL_CONNECTIONS: &str = "esim_db_pool_connections";
+/// The pool's configured maximum.
+pub const DB_POOL_MAX: &str = "esim_db_pool_max_connections";
+/// Requests refused with 429: `class` (`read`, `write`, `supplier`,
+/// `catalogue`, or `failed_auth` when the source's failed-authentication
+/// budget is spent).
+pub const RATE_LIMIT_REJECTIONS: &str = "esim_rate_limit_rejections_total";
+/// Failed authentications of partner requests (each one consumes the
+/// source's budget): `code` (`auth.missing`, `auth.invalid_key`, `auth.key_expired`).
+pub const AUTH_FAILURES: &str = "esim_auth_failures_total";
+
+/// Request latency buckets (seconds): a millisecond to ten seconds.
+const HTTP_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// Provisioning buckets (seconds): a sandbox order settles in tens of
+/// milliseconds, a live one in seconds, a slow supplier within its deadline.
+const PROVISIONING_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
+/// Supplier call buckets (seconds), up to the usual client time-outs.
+const SUPPLIER_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// How often recorded histogram samples are folded into their buckets when
+/// nobody scrapes (the exporter keeps raw samples until then).
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// The Prometheus exposition format's content type.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Installs the process's recorder on first call and returns its handle.
+/// Later calls return the same handle.
+pub fn install() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let builder = with_buckets().unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "histogram buckets refused; latencies are exported as summaries");
+            PrometheusBuilder::new()
+        });
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("another metrics recorder is installed; /metrics will stay empty");
+        }
+        describe();
+        let upkeep = handle.clone();
+        let spawned = std::thread::Builder::new()
+            .name("metrics-upkeep".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(UPKEEP_EVERY);
+                    upkeep.run_upkeep();
+                }
+            });
+        if let Err(err) = spawned {
+            tracing::warn!(error = %err, "metrics upkeep thread not started; histograms fold at scrape time only");
+        }
+        handle
+    })
+}
+
+fn with_buckets() -> Result<PrometheusBuilder, BuildError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(HTTP_REQUEST_DURATION.into()), HTTP_BUCKETS)?
+        .set_buckets_for_metric(
+            Matcher::Full(PROVISIONING_DURATION.into()),
+            PROVISIONING_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(SUPPLIER_CALL_DURATION.into()),
+            SUPPLIER_BUCKETS,
+        )
+}
+
+fn describe() {
+    describe_counter!(
+        HTTP_REQUESTS,
+        "HTTP requests answered, by listener, route template, method and status."
+    );
+    describe_histogram!(
+        HTTP_REQUEST_DURATION,
+        metrics::Unit::Seconds,
+        "Time from a request's arrival to its answer."
+    );
+    describe_counter!(
+        ORDERS_ACCEPTED,
+        "Orders accepted (202) by the account actors, by mode."
+    );
+    describe_counter!(
+        ORDERS_SETTLED,
+        "Orders settled, by mode, final status and failure code."
+    );
+    describe_histogram!(
+        PROVISIONING_DURATION,
+        metrics::Unit::Seconds,
+        "Time from an order's acceptance to its settlement."
+    );
+    describe_counter!(
+        SUPPLIER_CALLS,
+        "Calls to the live eSIM supplier, by operation and outcome."
+    );
+    describe_histogram!(
+        SUPPLIER_CALL_DURATION,
+        metrics::Unit::Seconds,
+        "Duration of calls to the live eSIM supplier."
+    );
+    describe_counter!(
+        DEPOSIT_TRANSITIONS,
+        "Deposit status changes, by from and to status."
+    );
+    describe_gauge!(ACTORS_LIVE, "Actors running on this node, by kind.");
+    describe_gauge!(
+        ACTOR_MAILBOX_MESSAGES,
+        "Messages sent to the actors of a kind and not yet answered."
+    );
+    describe_gauge!(
+        ACTOR_MAILBOX_MAX,
+        "Messages waiting at the busiest actor of a kind."
+    );
+    describe_counter!(
+        ACTOR_RESTARTS,
+        "Actors restarted by their supervisor after a failure, by kind."
+    );
+    describe_gauge!(
+        DB_POOL_CONNECTIONS,
+        "Connections of the database pool, by state."
+    );
+    describe_gauge!(DB_POOL_MAX, "Most connections the database pool opens.");
+    describe_counter!(
+        RATE_LIMIT_REJECTIONS,
+        "Requests refused with 429, by rate class (failed_auth: the failed-authentication budget)."
+    );
+    describe_counter!(
+        AUTH_FAILURES,
+        "Failed authentications of partner requests, by error code."
+    );
+}
+
+/// Middleware recording [`HTTP_REQUESTS`] and [`HTTP_REQUEST_DURATION`] for
+/// every request of a listener (the state is the listener's name).
+pub async fn track_requests(
+    State(listener): State<&'static str>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let route = route_label(request.extensions().get::<MatchedPath>()).to_owned();
+    let method = method_label(request.method());
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let labels = [
+        ("listener", listener.to_owned()),
+        ("route", route),
+        ("method", method.to_owned()),
+        ("status", response.status().as_u16().to_string()),
+    ];
+    counter!(HTTP_REQUESTS, &labels).increment(1);
+    histogram!(HTTP_REQUEST_DURATION, &labels).record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// The route template a request matched, or `unmatched`.
+pub fn route_label(matched: Option<&MatchedPath>) -> &str {
+    matched.map_or("unmatched", MatchedPath::as_str)
+}
+
+/// The method, or `other` for anything outside the standard set (a client
+/// must not be able to mint series).
+pub fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// `GET /metrics`: the scrape-time gauges, then every series as Prometheus text.
+pub async fn render(State(state): State<AppState>) -> Response {
+    let handle = install();
+    let accounts = state.accounts.load();
+    gauge!(ACTORS_LIVE, "kind" => "account").set(accounts.live as f64);
+    gauge!(ACTOR_MAILBOX_MESSAGES, "kind" => "account").set(accounts.queued as f64);
+    gauge!(ACTOR_MAILBOX_MAX, "kind" => "account").set(accounts.max_queued as f64);
+    let provisioning = state
+        .accounts
+        .provisioning()
+        .is_some_and(|actor| actor.get_status() == ractor::ActorStatus::Running);
+    gauge!(ACTORS_LIVE, "kind" => "provisioning").set(f64::from(u8::from(provisioning)));
+    if let Some(pool) = store::pool_use(&state.db) {
+        gauge!(DB_POOL_CONNECTIONS, "state" => "idle").set(pool.idle as f64);
+        gauge!(DB_POOL_CONNECTIONS, "state" => "in_use").set(pool.in_use() as f64);
+        gauge!(DB_POOL_MAX).set(f64::from(pool.max));
+    }
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],
+        handle.render(),
+    )
+        .into_response()
+}
+
+/// An order accepted by its account actor.
+pub fn order_accepted(mode: &str) {
+    counter!(ORDERS_ACCEPTED, "mode" => mode.to_owned()).increment(1);
+}
+
+/// An order settled at `now`: counted by outcome, and its time since
+/// acceptance recorded.
+pub fn order_settled(settled: &Settled, now: DateTime<Utc>) {
+    let failure_code = settled
+        .failure_code
+        .clone()
+        .unwrap_or_else(|| "none".into());
+    counter!(
+        ORDERS_SETTLED,
+        "mode" => settled.mode.clone(),
+        "status" => settled.status,
+        "failure_code" => failure_code,
+    )
+    .increment(1);
+    histogram!(
+        PROVISIONING_DURATION,
+        "mode" => settled.mode.clone(),
+        "status" => settled.status,
+    )
+    .record(seconds_between(settled.created_at, now));
+}
+
+/// Seconds from `from` to `to`, never negative (clocks of two nodes may disagree).
+pub fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    let micros = (to - from).num_microseconds().unwrap_or(i64::MAX).max(0);
+    micros as f64 / 1_000_000.0
+}
+
+/// One call to the live supplier.
+pub fn supplier_call(operation: &'static str, outcome: &'static str, took: Duration) {
+    let labels = [("operation", operation), ("outcome", outcome)];
+    counter!(SUPPLIER_CALLS, &labels).increment(1);
+    histogram!(SUPPLIER_CALL_DURATION, &labels).record(took.as_secs_f64());
+}
+
+/// The outcome label of a supplier call: `ok`, `refused` or `transient`
+/// (a query for a profile still being allocated is `pending`, decided by the caller).
+pub fn supplier_outcome<T>(result: &Result<T, SupplierError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(SupplierError::Refused(_)) => "refused",
+        Err(SupplierError::Transient(_)) => "transient",
+    }
+}
+
+/// A deposit moved from one status to another (`none`: it was just created).
+pub fn deposit_transition(from: &str, to: &str) {
+    counter!(DEPOSIT_TRANSITIONS, "from" => from.to_owned(), "to" => to.to_owned()).increment(1);
+}
+
+/// A supervisor restarted a failed actor.
+pub fn actor_restarted(kind: &'static str) {
+    counter!(ACTOR_RESTARTS, "kind" => kind).increment(1);
+}
+
+/// A request refused with 429 (`class`: the rate class, or `failed_auth`).
+pub fn rate_limited(class: &'static str) {
+    counter!(RATE_LIMIT_REJECTIONS, "class" => class).increment(1);
+}
+
+/// A failed authentication of a partner request, by its error code.
+pub fn auth_failed(code: &'static str) {
+    counter!(AUTH_FAILURES, "code" => code).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn unknown_methods_share_one_label() {
+        assert_eq!(method_label(&Method::GET), "GET");
+        assert_eq!(method_label(&Method::PATCH), "PATCH");
+        let custom = Method::from_bytes(b"BREW").unwrap();
+        assert_eq!(method_label(&custom), "other");
+    }
+
+    #[test]
+    fn an_unmatched_request_is_labelled_unmatched() {
+        assert_eq!(route_label(None), "unmatched");
+    }
+
+    #[test]
+    fn seconds_between_is_exact_and_never_negative() {
+        let from = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let to = from + chrono::Duration::milliseconds(1500);
+        assert_eq!(seconds_between(from, to), 1.5);
+        assert_eq!(seconds_between(to, from), 0.0);
+    }
+
+    #[test]
+    fn supplier_outcomes() {
+        let placed: Result<String, SupplierError> = Ok("B1".into());
+        assert_eq!(supplier_outcome(&placed), "ok");
+        let refused: Result<String, SupplierError> = Err(SupplierError::Refused("no".into()));
+        assert_eq!(supplier_outcome(&refused), "refused");
+        let down: Result<String, SupplierError> = Err(SupplierError::Transient("503".into()));
+        assert_eq!(supplier_outcome(&down), "transient");
+    }
+
+    #[test]
+    fn every_histogram_has_ascending_buckets() {
+        for buckets in [HTTP_BUCKETS, PROVISIONING_BUCKETS, SUPPLIER_BUCKETS] {
+            assert!(!buckets.is_empty());
+            assert!(buckets.windows(2).all(|w| w[0] < w[1]), "{buckets:?}");
+        }
+        assert!(with_buckets().is_ok());
+    }
+}

@@ -1,0 +1,54 @@
+//! A [`Supplier`] that counts and times every call of the one it wraps
+//! (`esim_supplier_calls_total`, `esim_supplier_call_duration_seconds`), so
+//! the adapter itself stays free of metrics and time-outs are counted as the
+//! service saw them.
+
+use std::{sync::Arc, time::Instant};
+
+use async_trait::async_trait;
+
+use super::{Allocation, Supplier, SupplierError, Usage};
+use crate::metrics::{supplier_call, supplier_outcome};
+
+/// Wraps a supplier; every call is recorded with its operation and outcome.
+pub struct Metered {
+    inner: Arc<dyn Supplier>,
+}
+
+impl Metered {
+    pub fn new(inner: Arc<dyn Supplier>) -> Self {
+        Self { inner }
+    }
+}
+
+#[async_trait]
+impl Supplier for Metered {
+    async fn place_order(
+        &self,
+        transaction_id: &str,
+        package_code: &str,
+    ) -> Result<String, SupplierError> {
+        let started = Instant::now();
+        let result = self.inner.place_order(transaction_id, package_code).await;
+        supplier_call("place_order", supplier_outcome(&result), started.elapsed());
+        result
+    }
+
+    async fn query(&self, order_no: &str) -> Result<Allocation, SupplierError> {
+        let started = Instant::now();
+        let result = self.inner.query(order_no).await;
+        let outcome = match &result {
+            Ok(Allocation::Pending) => "pending",
+            other => supplier_outcome(other),
+        };
+        supplier_call("query", outcome, started.elapsed());
+        result
+    }
+
+    async fn usage(&self, iccid: &str) -> Result<Usage, SupplierError> {
+        let started = Instant::now();
+        let result = self.inner.usage(iccid).await;
+        supplier_call("usage", supplier_outcome(&result), started.elapsed());
+        result
+    }
+}
