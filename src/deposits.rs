@@ -92,6 +92,7 @@ impl Deposits {
         };
         let stored = store::deposits::insert(&self.db, row).await?;
         tracing::info!(partner_id, deposit_id = %stored.id, amount_cents, "crypto invoice opened");
+        crate::metrics::deposit_transition("none", PENDING);
         Ok(stored)
     }
 
@@ -170,6 +171,7 @@ impl Deposits {
                 PENDING | CANCELLED => {
                     if store::deposits::transition(db, &deposit.id, &[PENDING, CANCELLED], REFUNDED, now).await? {
                         tracing::info!(deposit_id = %deposit.id, "deposit refunded before credit");
+                        crate::metrics::deposit_transition(&deposit.status, REFUNDED);
                     }
                     Ok(())
                 }
@@ -216,14 +218,18 @@ impl Deposits {
             InvoiceStatus::Expired | InvoiceStatus::Invalid => {
                 if store::deposits::transition(db, &deposit.id, &[PENDING], CANCELLED, now).await? {
                     tracing::info!(deposit_id = %deposit.id, "deposit invoice lapsed");
+                    crate::metrics::deposit_transition(PENDING, CANCELLED);
                 }
                 Ok(())
             }
             InvoiceStatus::New | InvoiceStatus::Processing => {
                 let lapsed = deposit.expires_at.is_some_and(|at| at <= now);
                 if lapsed && state.paid_cents == 0 {
-                    store::deposits::transition(db, &deposit.id, &[PENDING], CANCELLED, now)
-                        .await?;
+                    if store::deposits::transition(db, &deposit.id, &[PENDING], CANCELLED, now)
+                        .await?
+                    {
+                        crate::metrics::deposit_transition(PENDING, CANCELLED);
+                    }
                 } else {
                     store::deposits::touch(db, &deposit.id, now).await?;
                 }

@@ -77,6 +77,7 @@ pub async fn authenticate(
     let source = resolve_source(app, peer, request.headers());
     let budget_bucket = format!("auth:{}", source.budget_key());
     if app.limiter.used(&budget_bucket, app.failed_auth).await >= u64::from(app.failed_auth.limit) {
+        crate::metrics::rate_limited("failed_auth");
         return ApiError::new(ErrorCode::RateLimitExceeded)
             .with_message("Too many failed authentications from this address.")
             .into_response();
@@ -86,6 +87,7 @@ pub async fn authenticate(
         Ok(record) => record,
         Err(Identify::Refused(error)) => {
             app.limiter.hit(&budget_bucket, app.failed_auth).await;
+            crate::metrics::auth_failed(error.code.as_str());
             return error.into_response();
         }
         Err(Identify::Fault(error)) => return error.into_response(),
@@ -104,6 +106,7 @@ pub async fn authenticate(
         )
         .await;
     let response = if !counted.allowed {
+        crate::metrics::rate_limited(layer.class.as_str());
         window_exceeded(layer.class, &counted).into_response()
     } else {
         match check_account(&record) {
