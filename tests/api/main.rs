@@ -10,6 +10,7 @@ mod envelope;
 mod health;
 mod helpers;
 mod me;
+mod metrics;
 mod operator;
 mod orders;
 mod rate_limits;
