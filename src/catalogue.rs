@@ -257,7 +257,7 @@ impl Snapshot {
 }
 
 /// The Destination resource.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DestinationView {
     pub code: String,
     pub name: String,

@@ -28,6 +28,8 @@ enum Command {
     Admin(AdminArgs),
     /// Drive a running service with concurrent orders and check the money.
     Loadtest(esim_reseller::loadtest::LoadtestArgs),
+    /// Print the OpenAPI document of the partner API.
+    Openapi,
 }
 
 fn main() -> ExitCode {
@@ -71,5 +73,9 @@ async fn run(command: Command) -> anyhow::Result<u8> {
         }
         Command::Admin(args) => cli::run(args).await,
         Command::Loadtest(args) => esim_reseller::loadtest::run(args).await,
+        Command::Openapi => {
+            print!("{}", esim_reseller::http::openapi::to_json());
+            Ok(0)
+        }
     }
 }

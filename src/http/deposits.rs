@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::{
     auth::Caller,
     error::{ApiError, ErrorCode, Violations},
-    extract::{NoQuery, StrictJson, StrictQuery},
+    extract::{NoQuery, StrictJson, StrictQuery, whole_number},
     orders::time_id_keyset,
     pagination::{self, ListEnvelope},
 };
@@ -30,7 +30,7 @@ use crate::{
 };
 
 /// The Deposit resource.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DepositView {
     pub object: &'static str,
     pub id: String,
@@ -68,11 +68,13 @@ impl DepositView {
 }
 
 /// Body of `POST /deposits`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewDeposit {
     /// Absent reads as null, so a missing amount is named like a wrong one.
+    /// Whole dollars from $100 to $10,000, in cents.
     #[serde(default)]
+    #[schema(value_type = i64, required = true, minimum = 10000, maximum = 1000000, multiple_of = 100, example = 25000)]
     amount_cents: Value,
 }
 
@@ -80,6 +82,17 @@ pub struct NewDeposit {
 pub const MIN_DEPOSIT_CENTS: i64 = 10_000;
 pub const MAX_DEPOSIT_CENTS: i64 = 1_000_000;
 
+#[utoipa::path(
+    post, path = "/deposits", operation_id = "createDeposit", tag = "deposits",
+    request_body(content = NewDeposit, content_type = "application/json"),
+    responses(
+        (status = 201, description = "A crypto invoice, `pending` until paid.", body = DepositView),
+        (status = 400, description = "`request.invalid`", body = crate::http::openapi::ErrorBody),
+        (status = 403, description = "`forbidden` (with `mode` `sandbox`) for a sandbox key", body = crate::http::openapi::ErrorBody),
+        (status = 500, description = "`internal_error`", body = crate::http::openapi::ErrorBody),
+        (status = 503, description = "`service_unavailable`: the invoice could not be opened; nothing charged", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
 pub async fn create(
     State(state): State<AppState>,
@@ -87,11 +100,7 @@ pub async fn create(
     StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
     StrictJson(body): StrictJson<NewDeposit>,
 ) -> Result<(StatusCode, Json<DepositView>), ApiError> {
-    let amount = match body
-        .amount_cents
-        .as_i64()
-        .filter(|_| body.amount_cents.is_i64())
-    {
+    let amount = match whole_number(&body.amount_cents) {
         Some(amount) if !(MIN_DEPOSIT_CENTS..=MAX_DEPOSIT_CENTS).contains(&amount) => {
             return Err(ApiError::invalid(
                 "amount_cents",
@@ -128,14 +137,28 @@ pub async fn create(
 }
 
 /// Query of `GET /deposits`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct DepositsQuery {
+    /// Only deposits in this state.
+    #[param(value_type = Option<crate::http::openapi::DepositStatus>)]
     status: Option<String>,
+    /// Page size, 1 to 200 (default 50).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
     limit: Option<String>,
+    /// Opaque; pass back `next_cursor` with the same filters.
+    #[param(value_type = Option<String>, min_length = 1, max_length = 512)]
     cursor: Option<String>,
 }
 
+#[utoipa::path(
+    get, path = "/deposits", operation_id = "listDeposits", tag = "deposits", params(DepositsQuery),
+    responses(
+        (status = 200, description = "Deposits, newest first. A sandbox key gets an empty page.", body = ListEnvelope<DepositView>),
+        (status = 400, description = "`request.invalid`", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
 pub async fn list(
     State(state): State<AppState>,
@@ -188,6 +211,15 @@ pub async fn list(
     }))
 }
 
+#[utoipa::path(
+    get, path = "/deposits/{id}", operation_id = "getDeposit", tag = "deposits",
+    params(("id" = String, Path, pattern = r"^dep_[A-Za-z0-9_-]{1,64}$", description = "A deposit id.")),
+    responses(
+        (status = 200, description = "The deposit.", body = DepositView),
+        (status = 400, description = "`request.invalid`: not a deposit id", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`not_found` (every id for a sandbox key)", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), deposit_id = %id))]
 pub async fn show(
     State(state): State<AppState>,
@@ -208,13 +240,24 @@ pub async fn show(
 }
 
 /// Query of `GET /ledger`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct LedgerParams {
+    /// Only entries of this kind.
+    #[param(value_type = Option<crate::http::openapi::LedgerKind>)]
     kind: Option<String>,
+    /// Entries created at or after this instant (inclusive).
+    #[param(value_type = Option<String>, format = DateTime)]
     created_after: Option<String>,
+    /// Entries created before this instant (exclusive).
+    #[param(value_type = Option<String>, format = DateTime)]
     created_before: Option<String>,
+    /// Page size, 1 to 200 (default 50).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
     limit: Option<String>,
+    /// Opaque; pass back `next_cursor` with the same filters.
+    #[param(value_type = Option<String>, min_length = 1, max_length = 512)]
     cursor: Option<String>,
 }
 
@@ -228,6 +271,13 @@ pub const LEDGER_KINDS: [&str; 6] = [
     "chargeback",
 ];
 
+#[utoipa::path(
+    get, path = "/ledger", operation_id = "listLedger", tag = "account", params(LedgerParams),
+    responses(
+        (status = 200, description = "Ledger entries, newest `seq` first. A sandbox key gets an empty page.", body = ListEnvelope<LedgerEntryView>),
+        (status = 400, description = "`request.invalid`", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
 pub async fn ledger(
     State(state): State<AppState>,

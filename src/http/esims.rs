@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// The eSIM profile resource.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EsimView {
     pub object: &'static str,
     pub iccid: String,
@@ -55,16 +55,34 @@ impl EsimView {
 }
 
 /// Query of `GET /esims`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EsimsQuery {
+    /// Only profiles of this order.
+    #[param(value_type = Option<String>, pattern = r"^po_[A-Za-z0-9_-]{1,64}$")]
     order_id: Option<String>,
+    /// Only profiles in this state (`released`).
+    #[param(value_type = Option<crate::http::openapi::EsimStatus>)]
     status: Option<String>,
+    /// Profiles created after this instant (exclusive).
+    #[param(value_type = Option<String>, format = DateTime)]
     created_after: Option<String>,
+    /// Page size, 1 to 200 (default 50).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
     limit: Option<String>,
+    /// Opaque; pass back `next_cursor` with the same filters.
+    #[param(value_type = Option<String>, min_length = 1, max_length = 512)]
     cursor: Option<String>,
 }
 
+#[utoipa::path(
+    get, path = "/esims", operation_id = "listEsims", tag = "esims", params(EsimsQuery),
+    responses(
+        (status = 200, description = "Profiles of the key's mode, newest first.", body = ListEnvelope<EsimView>),
+        (status = 400, description = "`request.invalid`", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
 pub async fn list(
     State(state): State<AppState>,
@@ -141,6 +159,15 @@ async fn owned(state: &AppState, caller: &Caller, iccid: &str) -> Result<esim::M
         .ok_or_else(|| ApiError::new(ErrorCode::EsimNotFound))
 }
 
+#[utoipa::path(
+    get, path = "/esims/{iccid}", operation_id = "getEsim", tag = "esims",
+    params(("iccid" = String, Path, pattern = r"^[0-9]{19,20}$", description = "The profile's ICCID.")),
+    responses(
+        (status = 200, description = "The profile.", body = EsimView),
+        (status = 400, description = "`request.invalid`: not an ICCID", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`esim.not_found`", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), iccid = %iccid))]
 pub async fn show(
     State(state): State<AppState>,
@@ -152,7 +179,7 @@ pub async fn show(
 }
 
 /// What a device needs to install a profile.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct InstallPayload {
     pub object: &'static str,
     pub iccid: String,
@@ -164,6 +191,15 @@ pub struct InstallPayload {
     pub qr_code_png_base64: String,
 }
 
+#[utoipa::path(
+    get, path = "/esims/{iccid}/install", operation_id = "getEsimInstall", tag = "esims",
+    params(("iccid" = String, Path, pattern = r"^[0-9]{19,20}$", description = "The profile's ICCID.")),
+    responses(
+        (status = 200, description = "What a device needs to install the profile.", body = InstallPayload),
+        (status = 400, description = "`request.invalid`: not an ICCID", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`esim.not_found`", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), iccid = %iccid))]
 pub async fn install(
     State(state): State<AppState>,
@@ -219,7 +255,7 @@ fn qr_png(code: &qrcode::QrCode) -> Result<Vec<u8>, png::EncodingError> {
 }
 
 /// Data use of a profile, as the supplier reports it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct UsageView {
     pub object: &'static str,
     pub iccid: String,
@@ -230,6 +266,16 @@ pub struct UsageView {
     pub as_of: DateTime<Utc>,
 }
 
+#[utoipa::path(
+    get, path = "/esims/{iccid}/usage", operation_id = "getEsimUsage", tag = "esims",
+    params(("iccid" = String, Path, pattern = r"^[0-9]{19,20}$", description = "The profile's ICCID.")),
+    responses(
+        (status = 200, description = "Data use as the supplier reports it.", body = UsageView),
+        (status = 400, description = "`request.invalid`: not an ICCID", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`esim.not_found`", body = crate::http::openapi::ErrorBody),
+        (status = 502, description = "`supplier_error`: the supplier did not answer", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), iccid = %iccid))]
 pub async fn usage(
     State(state): State<AppState>,

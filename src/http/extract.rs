@@ -155,6 +155,19 @@ fn is_json(content_type: Option<&header::HeaderValue>) -> bool {
 }
 
 /// Parses a JSON object body into `T` strictly.
+/// A JSON number that is a whole number, as JSON Schema's `integer` reads
+/// it: `100` and `100.0` alike. Fractions, and floats too large to be exact
+/// (beyond 2^53), are not.
+pub fn whole_number(value: &Value) -> Option<i64> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    if let Some(n) = value.as_i64() {
+        return Some(n);
+    }
+    let float = value.as_f64().filter(|_| value.is_f64())?;
+    // Checked: finite, whole and within ±2^53, so the cast is exact.
+    (float.is_finite() && float.fract() == 0.0 && float.abs() <= EXACT).then_some(float as i64)
+}
+
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     from_object(parse_value(bytes)?)
 }

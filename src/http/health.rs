@@ -10,7 +10,7 @@ use super::{
 use crate::{app::AppState, store};
 
 /// The health body.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Health {
     /// `ok` or `degraded`.
     pub status: &'static str,
@@ -21,6 +21,13 @@ pub struct Health {
 }
 
 /// 200 when a database round trip succeeds within the probe time-out, else 503.
+#[utoipa::path(
+    get, path = "/health", operation_id = "getHealth", tag = "health",
+    responses(
+        (status = 200, description = "The service and its database answer.", body = Health),
+        (status = 503, description = "The database probe failed or took over two seconds.", body = Health),
+    )
+)]
 #[tracing::instrument(skip_all)]
 pub async fn health(
     State(state): State<AppState>,

@@ -13,7 +13,7 @@ use super::{
 use crate::{app::AppState, store};
 
 /// The Partner resource.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PartnerView {
     pub object: &'static str,
     pub id: String,
@@ -23,12 +23,14 @@ pub struct PartnerView {
     pub mode: &'static str,
     pub tier: String,
     pub key: Option<KeyView>,
+    /// `read`, `write`, `supplier` and `catalogue`, each `{limit, window_seconds}`.
+    #[schema(value_type = Object)]
     pub rate_limits: Value,
     pub created_at: DateTime<Utc>,
 }
 
 /// The calling key, nested in the Partner resource.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct KeyView {
     pub id: String,
     pub label: String,
@@ -38,6 +40,10 @@ pub struct KeyView {
     pub created_at: DateTime<Utc>,
 }
 
+#[utoipa::path(
+    get, path = "/me", operation_id = "getMe", tag = "account",
+    responses((status = 200, description = "The partner and the calling key, read fresh.", body = PartnerView))
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
 pub async fn me(
     State(state): State<AppState>,
@@ -84,7 +90,7 @@ pub async fn me(
 }
 
 /// The Balance resource.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BalanceView {
     pub object: &'static str,
     pub balance_cents: i64,
@@ -95,6 +101,10 @@ pub struct BalanceView {
     pub mode: &'static str,
 }
 
+#[utoipa::path(
+    get, path = "/balance", operation_id = "getBalance", tag = "account",
+    responses((status = 200, description = "The float of the key's mode, read fresh.", body = BalanceView))
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
 pub async fn balance(
     State(state): State<AppState>,

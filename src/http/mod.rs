@@ -10,6 +10,7 @@ pub mod esims;
 pub mod extract;
 pub mod health;
 pub mod me;
+pub mod openapi;
 pub mod orders;
 pub mod pagination;
 pub mod plans;
@@ -51,6 +52,7 @@ pub fn partner_routes(state: &AppState) -> Router<AppState> {
     let write_orders = Router::new().route("/orders", post(orders::create));
     Router::new()
         .route("/health", get(health::health))
+        .route("/openapi.json", get(openapi::serve))
         .merge(behind_auth(read, state, RateClass::Read, false))
         .merge(behind_auth(catalogue, state, RateClass::Catalogue, false))
         .merge(

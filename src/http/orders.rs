@@ -22,7 +22,7 @@ use super::{
     auth::Caller,
     error::{ApiError, ErrorCode, Violations},
     esims::EsimView,
-    extract::{NoQuery, StrictQuery, from_object},
+    extract::{NoQuery, StrictQuery, from_object, whole_number},
     pagination::{self, ListEnvelope},
     plans::{MAX_QUANTITY, caller_rate},
 };
@@ -50,7 +50,7 @@ pub const MAX_METADATA_BYTES: usize = 4096;
 const POLL_AFTER_MS: u64 = 1000;
 
 /// The Order resource.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
     pub object: &'static str,
     pub id: String,
@@ -65,6 +65,7 @@ pub struct OrderView {
     pub price_source: String,
     pub currency: &'static str,
     pub refunded_cents: i64,
+    #[schema(value_type = Object)]
     pub metadata: Value,
     pub esims: Vec<EsimView>,
     pub failure_code: Option<String>,
@@ -101,15 +102,22 @@ impl OrderView {
 }
 
 /// Body of `POST /orders`; values are checked by hand so every problem is named.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct OrderBody {
+pub struct OrderBody {
+    /// The plan to buy.
+    #[schema(value_type = String, required = true, pattern = r"^pl_[A-Za-z0-9_-]{1,61}$", example = "pl_fr_1gb_7d")]
     plan_id: Option<Value>,
+    /// Units, 1 to 50; absent or null means 1.
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 50, example = 1)]
     quantity: Option<Value>,
+    /// Echoed verbatim on the order; at most 4096 bytes serialized. Absent or null means `{}`.
+    #[schema(value_type = Option<Object>, example = json!({"customer_ref": "c-1042"}))]
     metadata: Option<Value>,
 }
 
-struct ValidOrder {
+/// An order body that passed every check, with its idempotency fingerprint.
+pub struct ValidOrder {
     plan_id: String,
     quantity: i64,
     metadata: Value,
@@ -126,7 +134,10 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
                 .to_str()
                 .map_err(|_| invalid("must be visible ASCII"))?
                 .trim();
-            if (MIN_KEY_LEN..=MAX_KEY_LEN).contains(&key.len()) {
+            if !key.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+                // `to_str` lets a tab through; a key is printable ASCII only.
+                Err(invalid("must be visible ASCII"))
+            } else if (MIN_KEY_LEN..=MAX_KEY_LEN).contains(&key.len()) {
                 Ok(key.to_owned())
             } else {
                 Err(invalid("must be 16 to 255 characters after trimming"))
@@ -136,7 +147,8 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
     }
 }
 
-fn parse_order_body(body: &Bytes) -> Result<ValidOrder, ApiError> {
+/// Parses and checks a `POST /orders` body, naming every problem.
+pub fn parse_order_body(body: &Bytes) -> Result<ValidOrder, ApiError> {
     let raw: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid_request(format!("The body is not valid JSON: {e}.")))?;
     let fingerprint = fingerprint(&raw);
@@ -162,8 +174,8 @@ fn parse_order_body(body: &Bytes) -> Result<ValidOrder, ApiError> {
     };
     let quantity = match &parsed.quantity {
         None => 1,
-        Some(value) => match value.as_i64() {
-            Some(q) if value.is_i64() && (1..=MAX_QUANTITY).contains(&q) => q,
+        Some(value) => match whole_number(value) {
+            Some(q) if (1..=MAX_QUANTITY).contains(&q) => q,
             _ => {
                 v.add(
                     "quantity",
@@ -198,6 +210,24 @@ fn parse_order_body(body: &Bytes) -> Result<ValidOrder, ApiError> {
     })
 }
 
+#[utoipa::path(
+    post, path = "/orders", operation_id = "createOrder", tag = "orders",
+    params(("Idempotency-Key" = String, Header, min_length = 16, max_length = 255, pattern = r"^[!-~][ -~]{14,253}[!-~]$", example = "order-2026-11-22-0001",
+        description = "Unique per order; 16 to 255 visible ASCII characters after trimming. Retry a 5xx with the same key.")),
+    request_body(content = OrderBody, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Accepted: the balance is debited; poll the order while `poll_after_ms` is not null.", body = OrderView),
+        (status = 200, description = "A replay of the same key and request (`Idempotency-Replayed: true`).", body = OrderView,
+            headers(("Idempotency-Replayed" = String, description = "`true` on a replayed answer."))),
+        (status = 400, description = "`request.invalid` or `plan.inactive`", body = crate::http::openapi::ErrorBody),
+        (status = 402, description = "`balance.insufficient` (binds the key)", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`plan.not_found`", body = crate::http::openapi::ErrorBody),
+        (status = 409, description = "`idempotency.key_reused` or `conflict`", body = crate::http::openapi::ErrorBody),
+        (status = 422, description = "`plan.unavailable`", body = crate::http::openapi::ErrorBody),
+        (status = 500, description = "`internal_error`: retry with the same key", body = crate::http::openapi::ErrorBody),
+        (status = 502, description = "`supplier_error`: retry with the same key", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
 pub async fn create(
     State(state): State<AppState>,
@@ -350,6 +380,15 @@ async fn decide(
     }
 }
 
+#[utoipa::path(
+    get, path = "/orders/{id}", operation_id = "getOrder", tag = "orders",
+    params(("id" = String, Path, pattern = r"^po_[A-Za-z0-9_-]{1,64}$", description = "An order id.")),
+    responses(
+        (status = 200, description = "The order; poll while `poll_after_ms` is not null.", body = OrderView),
+        (status = 400, description = "`request.invalid`: not an order id", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`order.not_found`", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), order_id = %id))]
 pub async fn show(
     State(state): State<AppState>,
@@ -366,16 +405,34 @@ pub async fn show(
 }
 
 /// Query of `GET /orders`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct OrdersQuery {
+    /// Only orders in this state.
+    #[param(value_type = Option<crate::http::openapi::OrderStatus>)]
     status: Option<String>,
+    /// Orders created after this instant (exclusive).
+    #[param(value_type = Option<String>, format = DateTime)]
     created_after: Option<String>,
+    /// Orders created before this instant (exclusive).
+    #[param(value_type = Option<String>, format = DateTime)]
     created_before: Option<String>,
+    /// Page size, 1 to 200 (default 50).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
     limit: Option<String>,
+    /// Opaque; pass back `next_cursor` with the same filters.
+    #[param(value_type = Option<String>, min_length = 1, max_length = 512)]
     cursor: Option<String>,
 }
 
+#[utoipa::path(
+    get, path = "/orders", operation_id = "listOrders", tag = "orders", params(OrdersQuery),
+    responses(
+        (status = 200, description = "Orders of the key's mode, newest first.", body = ListEnvelope<OrderView>),
+        (status = 400, description = "`request.invalid`", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
 pub async fn list(
     State(state): State<AppState>,

@@ -30,7 +30,7 @@ pub const DEFAULT_LIMIT: usize = 50;
 pub const MAX_LIMIT: usize = 200;
 
 /// `{data, has_more, next_cursor}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ListEnvelope<T> {
     pub data: Vec<T>,
     pub has_more: bool,

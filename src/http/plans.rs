@@ -27,7 +27,7 @@ use crate::{
 };
 
 /// The Plan resource as one caller sees it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PlanView {
     pub object: &'static str,
     pub id: String,
@@ -35,6 +35,7 @@ pub struct PlanView {
     pub country_code: Option<String>,
     pub region: Option<String>,
     pub global: bool,
+    #[schema(value_type = crate::http::openapi::PlanType)]
     pub plan_type: String,
     pub data_amount_mb: i64,
     pub daily_allowance_mb: Option<i64>,
@@ -43,8 +44,10 @@ pub struct PlanView {
     pub duration_days: i32,
     pub voice_minutes: Option<i32>,
     pub sms_count: Option<i32>,
+    #[schema(value_type = Vec<String>)]
     pub coverage_types: Value,
     pub speed: String,
+    #[schema(value_type = Option<Vec<String>>)]
     pub networks: Option<Value>,
     pub requires_kyc: Option<bool>,
     pub list_price_cents: i64,
@@ -116,19 +119,42 @@ pub fn caller_rate(state: &AppState, caller: &Caller) -> Rate {
 
 /// Query of `GET /plans`; every value is read as text and checked by hand so
 /// that each failure names its parameter.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PlansQuery {
+    /// ISO 3166-1 alpha-2, case-insensitive; one letter is valid and matches nothing.
+    #[param(value_type = Option<String>, pattern = r"^[A-Za-z]{1,2}$")]
     country: Option<String>,
+    /// A regional bundle's slug or a country's region.
+    #[param(value_type = Option<String>, min_length = 1, max_length = 64)]
     region: Option<String>,
+    /// `fixed` or `daily`.
+    #[param(value_type = Option<crate::http::openapi::PlanType>)]
     r#type: Option<String>,
+    /// Inclusive lower bound on `duration_days`.
+    #[param(value_type = Option<i64>, minimum = 1)]
     min_days: Option<String>,
+    /// Inclusive upper bound on `duration_days`.
+    #[param(value_type = Option<i64>, minimum = 1)]
     max_days: Option<String>,
+    /// Inclusive lower bound on `data_amount_mb`.
+    #[param(value_type = Option<i64>, minimum = 0)]
     min_data_mb: Option<String>,
+    /// Inclusive upper bound on `data_amount_mb`.
+    #[param(value_type = Option<i64>, minimum = 0)]
     max_data_mb: Option<String>,
+    /// `true` or `false`.
+    #[param(value_type = Option<crate::http::openapi::Unlimited>)]
     unlimited: Option<String>,
+    /// Plans changed after this instant (exclusive).
+    #[param(value_type = Option<String>, format = DateTime)]
     updated_since: Option<String>,
+    /// Page size, 1 to 200 (default 50).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
     limit: Option<String>,
+    /// Opaque; pass back `next_cursor` with the same filters.
+    #[param(value_type = Option<String>, min_length = 1, max_length = 512)]
     cursor: Option<String>,
 }
 
@@ -213,6 +239,13 @@ fn plans_scope(filter: &PlanFilter) -> String {
     )
 }
 
+#[utoipa::path(
+    get, path = "/plans", operation_id = "listPlans", tag = "catalogue", params(PlansQuery),
+    responses(
+        (status = 200, description = "Plans on sale to the caller, by country, data, duration and id.", body = ListEnvelope<PlanView>),
+        (status = 400, description = "`request.invalid`", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
 pub async fn list(
     State(state): State<AppState>,
@@ -264,6 +297,15 @@ fn visible_plan(
         .ok_or_else(|| ApiError::new(ErrorCode::PlanNotFound))
 }
 
+#[utoipa::path(
+    get, path = "/plans/{id}", operation_id = "getPlan", tag = "catalogue",
+    params(("id" = String, Path, pattern = r"^pl_[A-Za-z0-9_-]{1,64}$", example = "pl_fr_1gb_7d", description = "A plan id.")),
+    responses(
+        (status = 200, description = "The plan; an inactive one has `available` false.", body = PlanView),
+        (status = 400, description = "`request.invalid`: not a plan id", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`plan.not_found`", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), plan_id = %id))]
 pub async fn show(
     State(state): State<AppState>,
@@ -283,14 +325,17 @@ pub async fn show(
 }
 
 /// Query of `GET /plans/{id}/price`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PriceQuery {
+    /// Units to price, 1 to 50 (default 1).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 50)]
     quantity: Option<String>,
 }
 
 /// The price quote (no `object` field).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Quote {
     pub plan_id: String,
     pub quantity: i64,
@@ -308,6 +353,16 @@ pub struct Quote {
 /// Order and quote quantities.
 pub const MAX_QUANTITY: i64 = 50;
 
+#[utoipa::path(
+    get, path = "/plans/{id}/price", operation_id = "getPlanPrice", tag = "catalogue",
+    params(("id" = String, Path, pattern = r"^pl_[A-Za-z0-9_-]{1,64}$", example = "pl_fr_1gb_7d", description = "A plan id."), PriceQuery),
+    responses(
+        (status = 200, description = "A quote; nothing is reserved.", body = Quote),
+        (status = 400, description = "`request.invalid`", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`plan.not_found`", body = crate::http::openapi::ErrorBody),
+        (status = 422, description = "`plan.unavailable`", body = crate::http::openapi::ErrorBody),
+    )
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id(), plan_id = %id))]
 pub async fn price(
     State(state): State<AppState>,
@@ -352,6 +407,10 @@ pub async fn price(
     }))
 }
 
+#[utoipa::path(
+    get, path = "/destinations", operation_id = "listDestinations", tag = "catalogue",
+    responses((status = 200, description = "Countries with plans the caller can buy; one page.", body = ListEnvelope<DestinationView>))
+)]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
 pub async fn destinations(
     State(state): State<AppState>,

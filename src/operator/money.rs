@@ -27,7 +27,7 @@ use crate::{
 };
 
 /// The Ledger entry resource.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct LedgerEntryView {
     pub object: &'static str,
     pub id: String,
