@@ -11,6 +11,7 @@ mod health;
 mod helpers;
 mod me;
 mod metrics;
+mod openapi;
 mod operator;
 mod orders;
 mod rate_limits;
