@@ -16,12 +16,16 @@
 //!
 //! Rate limits are the server's: lift the bands through its configuration
 //! (e.g. `ESIM__RATE_LIMIT__BANDS__GOLD__WRITE__LIMIT=100000000`).
+//!
+//! Several nodes: give `--public-url` once per node (or comma-separated);
+//! every request, reads included, goes to the next one in turn, so one
+//! partner's orders, replays and races are spread over all of them.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -36,12 +40,16 @@ use serde_json::{Value, json};
 
 use crate::operator::client::OperatorClient;
 
+/// The partner listener when no `--public-url` is given.
+pub const DEFAULT_PUBLIC_URL: &str = "http://127.0.0.1:8080";
+
 /// Options of `loadtest`.
 #[derive(Debug, Clone, Args)]
 pub struct LoadtestArgs {
-    /// Base URL of the partner listener.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub public_url: String,
+    /// Base URL of the partner listener. Repeat the flag, or separate URLs
+    /// with commas, to spread requests over several nodes in turn.
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_PUBLIC_URL)]
+    pub public_url: Vec<String>,
     /// Base URL of the operator listener.
     #[arg(long, default_value = "http://127.0.0.1:8081")]
     pub operator_url: String,
@@ -98,6 +106,62 @@ pub struct LoadtestArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// The partner listeners, taken in turn (built from `public_url` by [`run`]).
+    #[arg(skip)]
+    pub targets: Arc<Targets>,
+}
+
+impl LoadtestArgs {
+    /// The partner listener for the next request.
+    fn base(&self) -> &str {
+        self.targets.pick()
+    }
+}
+
+/// Partner listeners taken round robin, with how many requests each got.
+#[derive(Debug, Default)]
+pub struct Targets {
+    urls: Vec<String>,
+    next: AtomicUsize,
+    sent: Vec<AtomicU64>,
+}
+
+impl Targets {
+    /// The listeners of `--public-url`, without blanks or trailing slashes.
+    pub fn new(urls: &[String]) -> anyhow::Result<Self> {
+        let urls: Vec<String> = urls
+            .iter()
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .filter(|u| !u.is_empty())
+            .collect();
+        if urls.is_empty() {
+            bail!("--public-url names no URL");
+        }
+        Ok(Self {
+            sent: urls.iter().map(|_| AtomicU64::new(0)).collect(),
+            urls,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// The next listener in turn.
+    pub fn pick(&self) -> &str {
+        if self.urls.is_empty() {
+            return DEFAULT_PUBLIC_URL;
+        }
+        let n = self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len();
+        self.sent[n].fetch_add(1, Ordering::Relaxed);
+        &self.urls[n]
+    }
+
+    /// Requests sent to each listener so far.
+    pub fn sent(&self) -> BTreeMap<String, u64> {
+        self.urls
+            .iter()
+            .zip(&self.sent)
+            .map(|(url, sent)| (url.clone(), sent.load(Ordering::Relaxed)))
+            .collect()
+    }
 }
 
 struct Partner {
@@ -118,7 +182,8 @@ struct Observed {
 }
 
 /// Runs the load test; returns the process exit code (1 on FAIL).
-pub async fn run(args: LoadtestArgs) -> anyhow::Result<u8> {
+pub async fn run(mut args: LoadtestArgs) -> anyhow::Result<u8> {
+    args.targets = Arc::new(Targets::new(&args.public_url)?);
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency.max(8) * 2)
         .timeout(Duration::from_secs(60))
@@ -169,6 +234,7 @@ pub async fn run(args: LoadtestArgs) -> anyhow::Result<u8> {
         },
         "responses": observed.by_status,
         "transport_errors": observed.transport_errors,
+        "requests_by_url": args.targets.sent(),
         "invariants": verdict.details,
         "verdict": if verdict.pass { "PASS" } else { "FAIL" },
     });
@@ -247,7 +313,7 @@ async fn post_order(
 ) -> Result<(Answer, Duration), reqwest::Error> {
     let started = Instant::now();
     let response = http
-        .post(format!("{}/partner/v1/orders", args.public_url))
+        .post(format!("{}/partner/v1/orders", args.base()))
         .bearer_auth(&partner.key)
         .header("Idempotency-Key", key)
         .json(&json!({ "plan_id": args.plan, "quantity": args.quantity }))
@@ -273,7 +339,7 @@ async fn get_read(
 ) -> Result<(Answer, Duration), reqwest::Error> {
     let started = Instant::now();
     let response = http
-        .get(format!("{}/partner/v1{path}", args.public_url))
+        .get(format!("{}/partner/v1{path}", args.base()))
         .bearer_auth(&partner.key)
         .send()
         .await?;
@@ -477,7 +543,7 @@ async fn balance(
     partner: &Partner,
 ) -> anyhow::Result<Option<i64>> {
     let body: Value = http
-        .get(format!("{}/partner/v1/balance", args.public_url))
+        .get(format!("{}/partner/v1/balance", args.base()))
         .bearer_auth(&partner.key)
         .send()
         .await?
@@ -501,7 +567,7 @@ async fn settle(
             let body: Value = http
                 .get(format!(
                     "{}/partner/v1/orders?status=processing&limit=1",
-                    args.public_url
+                    args.base()
                 ))
                 .bearer_auth(&partner.key)
                 .send()
@@ -533,7 +599,7 @@ async fn whole_ledger(
     let mut rows = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut url = format!("{}/partner/v1/ledger?limit=200", args.public_url);
+        let mut url = format!("{}/partner/v1/ledger?limit=200", args.base());
         if let Some(cursor) = &cursor {
             url.push_str(&format!("&cursor={cursor}"));
         }
@@ -644,6 +710,13 @@ fn print_text(report: &Value) {
         l["p50"], l["p90"], l["p99"], l["p99.9"], l["max"]
     );
     println!("responses           {}", report["responses"]);
+    if let Some(by_url) = report["requests_by_url"].as_object()
+        && by_url.len() > 1
+    {
+        for (url, sent) in by_url {
+            println!("requests to         {url} {sent}");
+        }
+    }
     if report["transport_errors"] != 0 {
         println!("transport errors    {}", report["transport_errors"]);
     }
@@ -658,4 +731,78 @@ fn print_text(report: &Value) {
         );
     }
     println!("{}", report["verdict"].as_str().unwrap_or("FAIL"));
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: LoadtestArgs,
+    }
+
+    fn parse(argv: &[&str]) -> LoadtestArgs {
+        Cli::try_parse_from(std::iter::once("loadtest").chain(argv.iter().copied()))
+            .expect("arguments parse")
+            .args
+    }
+
+    #[test]
+    fn one_public_url_by_default() {
+        assert_eq!(parse(&[]).public_url, vec![DEFAULT_PUBLIC_URL]);
+        assert_eq!(
+            parse(&["--public-url", "http://a:1"]).public_url,
+            vec!["http://a:1"]
+        );
+    }
+
+    #[test]
+    fn public_urls_repeat_or_split_on_commas() {
+        let args = parse(&[
+            "--public-url",
+            "http://a:1,http://b:2",
+            "--public-url",
+            "http://c:3",
+        ]);
+        assert_eq!(
+            args.public_url,
+            vec!["http://a:1", "http://b:2", "http://c:3"]
+        );
+    }
+
+    #[test]
+    fn targets_take_turns_and_count() {
+        let urls = [
+            "http://a:1/".to_owned(),
+            " http://b:2".to_owned(),
+            String::new(),
+        ];
+        let targets = Targets::new(&urls).unwrap();
+        let picked: Vec<&str> = (0..5).map(|_| targets.pick()).collect();
+        assert_eq!(
+            picked,
+            [
+                "http://a:1",
+                "http://b:2",
+                "http://a:1",
+                "http://b:2",
+                "http://a:1"
+            ]
+        );
+        assert_eq!(
+            targets.sent(),
+            BTreeMap::from([("http://a:1".to_owned(), 3), ("http://b:2".to_owned(), 2)])
+        );
+    }
+
+    #[test]
+    fn one_target_is_always_picked() {
+        let targets = Targets::new(&[DEFAULT_PUBLIC_URL.to_owned()]).unwrap();
+        assert!((0..3).all(|_| targets.pick() == DEFAULT_PUBLIC_URL));
+        assert!(Targets::new(&[" ".to_owned()]).is_err());
+    }
 }
