@@ -147,15 +147,7 @@ async fn identify(app: &AppState, headers: &HeaderMap) -> Result<Arc<KeyRecord>,
         return Err(Identify::Refused(ApiError::new(ErrorCode::AuthMissing)));
     };
     let invalid = || Identify::Refused(ApiError::new(ErrorCode::AuthInvalidKey));
-    let presented = value
-        .to_str()
-        .ok()
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim)
-        .ok_or_else(invalid)?;
+    let presented = bearer_secret(value).ok_or_else(invalid)?;
     let claimed_mode = api_key::parse_form(presented).ok_or_else(invalid)?;
     let record = app
         .keys
@@ -170,6 +162,20 @@ async fn identify(app: &AppState, headers: &HeaderMap) -> Result<Arc<KeyRecord>,
         return Err(Identify::Refused(ApiError::new(ErrorCode::AuthKeyExpired)));
     }
     Ok(record)
+}
+
+/// The secret of an `Authorization: Bearer <secret>` value, trimmed; `None`
+/// for a value that is not visible ASCII or names another scheme. Whether the
+/// secret has a key's form is `api_key::parse_form`'s question.
+pub fn bearer_secret(value: &HeaderValue) -> Option<&str> {
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
 }
 
 /// The band of a key: `sandbox` for sandbox keys, else the tier's.
@@ -227,4 +233,37 @@ fn with_rate_headers(mut response: Response, counted: &WindowState) -> Response 
         HeaderValue::from(counted.reset_unix),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(raw: &[u8]) -> Option<String> {
+        bearer_secret(&HeaderValue::from_bytes(raw).unwrap()).map(str::to_owned)
+    }
+
+    #[test]
+    fn the_bearer_secret_is_split_from_its_scheme() {
+        let key = "svc_sk_live_0123456789abcdefghijABCDEFGHIJ0123456789abc";
+        assert_eq!(
+            secret(format!("Bearer {key}").as_bytes()).as_deref(),
+            Some(key)
+        );
+        assert_eq!(
+            secret(format!("bearer {key}").as_bytes()).as_deref(),
+            Some(key)
+        );
+        assert_eq!(
+            secret(format!("Bearer   {key}  ").as_bytes()).as_deref(),
+            Some(key)
+        );
+        assert_eq!(api_key::parse_form(key), Some(Mode::Live));
+        assert_eq!(secret(b"Bearer ").as_deref(), Some(""));
+        assert_eq!(secret(format!("BEARER {key}").as_bytes()), None);
+        assert_eq!(secret(format!("Basic {key}").as_bytes()), None);
+        assert_eq!(secret(key.as_bytes()), None);
+        assert_eq!(secret(b"Bearer \xff\xfe"), None);
+        assert_eq!(secret(b""), None);
+    }
 }
