@@ -38,6 +38,7 @@ use crate::{
     docs,
     domain::cursor::CursorCodec,
     domain::rate::{Band, Window},
+    http::server::{ConnectionLimits, serve},
     http::{
         self,
         envelope::{EnvelopeContext, envelope},
@@ -127,6 +128,7 @@ pub struct Application {
     catalogue_refresh: Duration,
     body_limit: usize,
     operator_body_limit: usize,
+    connection_limits: ConnectionLimits,
     public: TcpListener,
     public_addr: SocketAddr,
     operator: TcpListener,
@@ -281,6 +283,10 @@ impl Application {
             catalogue_refresh,
             body_limit: settings.http.body_limit_bytes,
             operator_body_limit: settings.http.operator_body_limit_bytes,
+            connection_limits: ConnectionLimits {
+                header_read_timeout: Duration::from_millis(settings.http.header_read_timeout_ms),
+                max_header_bytes: settings.http.max_header_bytes,
+            },
             public,
             public_addr,
             operator,
@@ -346,6 +352,7 @@ impl Application {
             finish(public_router, &envelope_ctx, self.body_limit).layer(
                 middleware::from_fn_with_state("public", crate::metrics::track_requests),
             ),
+            self.connection_limits,
             stop.clone(),
         );
         let operator = serve(
@@ -353,6 +360,7 @@ impl Application {
             finish(operator_router, &envelope_ctx, self.operator_body_limit).layer(
                 middleware::from_fn_with_state("operator", crate::metrics::track_requests),
             ),
+            self.connection_limits,
             stop.clone(),
         );
         let refresher = tokio::spawn(refresh_catalogue(
@@ -373,6 +381,7 @@ impl Application {
                             &envelope_ctx,
                             self.operator_body_limit,
                         ),
+                        self.connection_limits,
                         stop.clone(),
                     )
                     .await
@@ -474,20 +483,6 @@ async fn bind(listener: &'static str, addr: SocketAddr) -> anyhow::Result<TcpLis
         .with_context(|| format!("binding the {listener} listener to {addr}"))?;
     tracing::info!(listener, addr = %bound.local_addr()?, "listening");
     Ok(bound)
-}
-
-async fn serve(
-    listener: TcpListener,
-    router: Router,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stop.cancelled_owned())
-    .await
-    .context("serving HTTP")
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -140,6 +140,10 @@ pub struct HttpSettings {
     pub body_limit_bytes: usize,
     /// Largest request body on the operator listener, in bytes.
     pub operator_body_limit_bytes: usize,
+    /// Longest a client may take to send a request's headers.
+    pub header_read_timeout_ms: u64,
+    /// Largest request head (request line and headers), in bytes.
+    pub max_header_bytes: usize,
 }
 
 /// `[operator]`

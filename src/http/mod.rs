@@ -13,6 +13,7 @@ pub mod me;
 pub mod openapi;
 pub mod orders;
 pub mod pagination;
+pub mod server;
 pub mod plans;
 
 use axum::{

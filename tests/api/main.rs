@@ -5,8 +5,10 @@
 mod auth;
 mod authz;
 mod catalogue;
+mod connections;
 mod deposits;
 mod envelope;
+mod faults;
 mod health;
 mod helpers;
 mod me;
