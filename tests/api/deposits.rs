@@ -448,6 +448,24 @@ async fn each_call_mints_a_new_invoice() {
 }
 
 #[tokio::test]
+async fn a_whole_amount_is_an_integer_however_it_is_spelled() {
+    let app = deposits_app().await;
+    let (_, secret) = live_partner(&app).await;
+    for body in [r#"{"amount_cents": 10000.0}"#, r#"{"amount_cents": 1e4}"#] {
+        let response = app
+            .as_partner(&secret, Method::POST, "/deposits")
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let (status, deposit) = read(response).await;
+        assert_eq!(status, 201, "{body}: {deposit}");
+        assert_eq!(deposit["requested_cents"], 10000, "{body}");
+    }
+}
+
+#[tokio::test]
 async fn every_invalid_amount_is_refused_naming_amount_cents() {
     let app = deposits_app().await;
     let (_, secret) = live_partner(&app).await;
@@ -455,7 +473,7 @@ async fn every_invalid_amount_is_refused_naming_amount_cents() {
     for body in [
         r#"{"amount_cents": "10000"}"#,
         r#"{"amount_cents": 10000.5}"#,
-        r#"{"amount_cents": 10000.0}"#,
+        r#"{"amount_cents": 1.00005e4}"#,
         r#"{"amount_cents": null}"#,
         r#"{"amount_cents": true}"#,
         r#"{"amount_cents": [10000]}"#,
