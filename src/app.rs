@@ -392,10 +392,15 @@ impl Application {
         let served = tokio::try_join!(public, operator, simulators);
         stop.cancel();
         let _ = refresher.await;
+        // Orderly: provisioning and the reconciler stop, then every account
+        // actor finishes its queue; each step waits a bounded time.
+        let patience = Duration::from_secs(10);
         if let Some(services) = &self.services {
-            services.stop(Some("shutdown".into()));
+            let _ = services
+                .stop_and_wait(Some("shutdown".into()), Some(patience))
+                .await;
         }
-        self.state.accounts.drain_all();
+        self.state.accounts.drain_all(patience).await;
         self.state.db.close_by_ref().await.ok();
         tracing::info!("stopped");
         served.map(|_| ())

@@ -192,6 +192,20 @@ impl Actor for AccountActor {
     type State = AccountState;
     type Arguments = AccountArgs;
 
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        super::log_lifecycle(
+            "account",
+            Some(&state.args.partner_id),
+            "stopped",
+            "drained",
+        );
+        Ok(())
+    }
+
     async fn pre_start(
         &self,
         _myself: ActorRef<AccountMsg>,

@@ -290,12 +290,22 @@ impl Accounts {
     }
 
     /// Stops every account actor after what is queued.
-    pub fn drain_all(&self) {
-        for entry in lock(&self.0.entries).values() {
-            let _ = entry.actor.drain();
-        }
-        if let Some(supervisor) = lock(&self.0.supervisor).as_ref() {
-            supervisor.stop(Some("shutdown".into()));
+    /// Drains every account actor (each finishes what is queued), then
+    /// stops the supervisor; waits up to `patience` for each step.
+    pub async fn drain_all(&self, patience: Duration) {
+        let actors: Vec<ActorRef<AccountMsg>> = lock(&self.0.entries)
+            .values()
+            .map(|entry| entry.actor.clone())
+            .collect();
+        let drains = actors
+            .iter()
+            .map(|actor| actor.drain_and_wait(Some(patience)));
+        futures::future::join_all(drains).await;
+        let supervisor = lock(&self.0.supervisor).clone();
+        if let Some(supervisor) = supervisor {
+            let _ = supervisor
+                .stop_and_wait(Some("shutdown".into()), Some(patience))
+                .await;
         }
     }
 
@@ -411,6 +421,15 @@ impl Actor for AccountsSupervisor {
     type State = Arc<Directory>;
     type Arguments = Arc<Directory>;
 
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        log_lifecycle("accounts_supervisor", None, "stopped", "shutdown");
+        Ok(())
+    }
+
     async fn pre_start(
         &self,
         myself: ActorRef<SupervisorMsg>,
@@ -473,17 +492,12 @@ impl Actor for AccountsSupervisor {
         directory: &mut Arc<Directory>,
     ) -> Result<(), ActorProcessingErr> {
         match event {
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
                 let partner = Self::partner_of(directory, &cell);
+                // The actor logs its own stop (post_stop).
                 if let Some(partner) = &partner {
                     Self::remove_entry(directory, partner, &cell);
                 }
-                log_lifecycle(
-                    "account",
-                    partner.as_deref(),
-                    "stopped",
-                    reason.as_deref().unwrap_or("drained"),
-                );
             }
             SupervisionEvent::ActorFailed(cell, error) => {
                 let Some(partner) = Self::partner_of(directory, &cell) else {

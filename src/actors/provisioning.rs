@@ -76,6 +76,15 @@ impl Actor for ProvisioningActor {
     type State = ProvisioningState;
     type Arguments = ProvisioningArgs;
 
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        log_lifecycle("provisioning", None, "stopped", "shutdown");
+        Ok(())
+    }
+
     async fn pre_start(
         &self,
         _myself: ActorRef<ProvisioningMsg>,

@@ -38,6 +38,15 @@ impl Actor for ReconcilerActor {
     type State = ReconcilerArgs;
     type Arguments = ReconcilerArgs;
 
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        log_lifecycle("reconciler", None, "stopped", "shutdown");
+        Ok(())
+    }
+
     async fn pre_start(
         &self,
         myself: ActorRef<ReconcilerMsg>,

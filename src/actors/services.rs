@@ -52,6 +52,25 @@ impl Actor for ServicesSupervisor {
     type State = ServicesState;
     type Arguments = ServicesArgs;
 
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Stop the children first, each finishing its current message, so
+        // that their own stops are orderly and logged before ours.
+        for child in myself.get_children() {
+            let _ = child
+                .stop_and_wait(
+                    Some("shutdown".into()),
+                    Some(std::time::Duration::from_secs(10)),
+                )
+                .await;
+        }
+        log_lifecycle("services_supervisor", None, "stopped", "shutdown");
+        Ok(())
+    }
+
     async fn pre_start(
         &self,
         myself: ActorRef<ServicesMsg>,
@@ -102,20 +121,10 @@ impl Actor for ServicesSupervisor {
                 log_lifecycle(kind, None, "restarted", "after failure");
                 crate::metrics::actor_restarted(kind);
             }
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                let kind = if state.provisioning_id == Some(cell.get_id()) {
-                    "provisioning"
-                } else {
-                    "reconciler"
-                };
-                log_lifecycle(
-                    kind,
-                    None,
-                    "stopped",
-                    reason.as_deref().unwrap_or("shutdown"),
-                );
-            }
-            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {}
+            // A child logs its own stop (post_stop).
+            SupervisionEvent::ActorTerminated(..)
+            | SupervisionEvent::ActorStarted(_)
+            | SupervisionEvent::ProcessGroupChanged(_) => {}
         }
         Ok(())
     }

@@ -316,3 +316,110 @@ fn replace_database(base: &str, name: &str) -> String {
     }
     url
 }
+
+/// The real binary running `serve` with JSON logs captured line by line.
+#[allow(dead_code)] // used by the secrets and lifecycle suites
+pub struct ServeProcess {
+    child: tokio::process::Child,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    collector: tokio::task::JoinHandle<()>,
+    /// `host:port` of the partner listener.
+    pub public: String,
+    /// `host:port` of the operator listener.
+    pub operator: String,
+    _dir: tempfile::TempDir,
+}
+
+#[allow(dead_code)]
+impl ServeProcess {
+    /// Starts `serve` on a fresh SQLite database and ephemeral ports, with
+    /// JSON logs and the extra `ESIM__*` variables, and waits for its listeners.
+    pub async fn start(envs: &[(&str, &str)]) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        esim_reseller::install_tls_provider();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_esim-reseller"));
+        command
+            .arg("serve")
+            .env(
+                "ESIM__DATABASE__URL",
+                format!("sqlite://{}/s.db?mode=rwc", dir.path().display()),
+            )
+            .env("ESIM__HTTP__PUBLIC_ADDR", "127.0.0.1:0")
+            .env("ESIM__HTTP__OPERATOR_ADDR", "127.0.0.1:0")
+            .env("ESIM__SIMULATORS__ADDR", "127.0.0.1:0")
+            .env("ESIM__LOG__FORMAT", "json")
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        for (name, value) in envs {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("start the binary");
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let collector = {
+            let log = log.clone();
+            tokio::spawn(async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    log.lock().expect("log lock").push(line);
+                }
+            })
+        };
+        let address = |listener: &'static str| {
+            let log = log.clone();
+            async move {
+                log.lock().expect("log lock").iter().find_map(|line| {
+                    let json: Value = serde_json::from_str(line).ok()?;
+                    (json["listener"] == listener)
+                        .then(|| json["addr"].as_str().map(str::to_owned))
+                        .flatten()
+                })
+            }
+        };
+        let public = eventually("the public listener", Duration::from_secs(30), || {
+            address("public")
+        })
+        .await;
+        let operator = eventually("the operator listener", Duration::from_secs(30), || {
+            address("operator")
+        })
+        .await;
+        Self {
+            child,
+            log,
+            collector,
+            public,
+            operator,
+            _dir: dir,
+        }
+    }
+
+    /// The log lines so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.log.lock().expect("log lock").clone()
+    }
+
+    /// Kills the process (SIGKILL) and returns its whole log.
+    pub async fn kill(mut self) -> Vec<String> {
+        let _ = self.child.start_kill();
+        self.finish().await
+    }
+
+    /// Asks the process to stop (SIGTERM), waits for it, and returns its whole log.
+    pub async fn terminate(mut self) -> Vec<String> {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        self.finish().await
+    }
+
+    async fn finish(&mut self) -> Vec<String> {
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
+        let _ = (&mut self.collector).await;
+        self.lines()
+    }
+}

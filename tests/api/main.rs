@@ -11,6 +11,7 @@ mod envelope;
 mod faults;
 mod health;
 mod helpers;
+mod lifecycle;
 mod me;
 mod metrics;
 mod openapi;

@@ -2,67 +2,21 @@
 //! JSON logs captured, is exercised with issued keys, wrong keys and a wrong
 //! operator token, and its whole log is searched for every secret.
 
-use std::{process::Stdio, time::Duration};
-
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 
-use crate::helpers::eventually;
+use crate::helpers::ServeProcess;
 
 const TOKEN: &str = "secret-operator-token-never-logged-42";
 
 #[tokio::test]
 async fn secrets_never_appear_in_logs_or_error_bodies() {
-    esim_reseller::install_tls_provider();
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_esim-reseller"))
-        .arg("serve")
-        .env(
-            "ESIM__DATABASE__URL",
-            format!("sqlite://{}/s.db?mode=rwc", dir.path().display()),
-        )
-        .env("ESIM__HTTP__PUBLIC_ADDR", "127.0.0.1:0")
-        .env("ESIM__HTTP__OPERATOR_ADDR", "127.0.0.1:0")
-        .env("ESIM__SIMULATORS__ADDR", "127.0.0.1:0")
-        .env("ESIM__OPERATOR__TOKEN", TOKEN)
-        .env("ESIM__LOG__FORMAT", "json")
-        .env("ESIM__LOG__LEVEL", "debug")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the binary");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let collector = {
-        let log = log.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                log.lock().unwrap().push(line);
-            }
-        })
-    };
-    let address = |listener: &'static str| {
-        let log = log.clone();
-        async move {
-            log.lock().unwrap().iter().find_map(|line| {
-                let json: Value = serde_json::from_str(line).ok()?;
-                (json["listener"] == listener)
-                    .then(|| json["addr"].as_str().map(str::to_owned))
-                    .flatten()
-            })
-        }
-    };
-    let public = eventually("the public listener", Duration::from_secs(30), || {
-        address("public")
-    })
+    let serve = ServeProcess::start(&[
+        ("ESIM__OPERATOR__TOKEN", TOKEN),
+        ("ESIM__LOG__LEVEL", "debug"),
+    ])
     .await;
-    let operator = eventually("the operator listener", Duration::from_secs(30), || {
-        address("operator")
-    })
-    .await;
+    let (public, operator) = (serve.public.clone(), serve.operator.clone());
     let client = reqwest::Client::new();
     let op = |method: Method, path: &str| {
         client
@@ -133,10 +87,7 @@ async fn secrets_never_appear_in_logs_or_error_bodies() {
         .unwrap();
     bodies.push(order.text().await.unwrap());
 
-    child.start_kill().unwrap();
-    let _ = child.wait().await;
-    let _ = collector.await;
-    let log = log.lock().unwrap().join("\n");
+    let log = serve.kill().await.join("\n");
     assert!(log.contains("request finished"), "the log was captured");
     for needle in [
         secret.as_str(),
