@@ -46,6 +46,14 @@ pub struct Faults {
     /// The next N calls answer a body that is not JSON.
     #[serde(default)]
     pub garbage_next: u32,
+    /// The next N calls are carried out at once but answered only after
+    /// `slow_ms`: a caller with a shorter time-out sees a time-out for a
+    /// call that did take effect.
+    #[serde(default)]
+    pub slow_next: u32,
+    /// How late a slow answer is.
+    #[serde(default)]
+    pub slow_ms: u64,
 }
 
 struct Placed {
@@ -81,12 +89,39 @@ impl SupplierSim {
 
 /// Routes of the simulated supplier.
 pub fn routes(sim: Arc<SupplierSim>) -> Router {
-    Router::new()
+    let api = Router::new()
         .route("/api/v1/open/esim/order", post(order))
         .route("/api/v1/open/esim/query", post(query))
         .route("/api/v1/open/esim/usage/query", post(usage))
+        .route_layer(axum::middleware::from_fn_with_state(
+            sim.clone(),
+            answer_late,
+        ));
+    Router::new()
+        .merge(api)
         .route("/sim/supplier/faults", post(set_faults))
         .with_state(sim)
+}
+
+/// Applies `slow_next`: the call has already taken effect when the answer
+/// is held back.
+async fn answer_late(
+    State(sim): State<Arc<SupplierSim>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let answer = next.run(request).await;
+    let delay = {
+        let mut faults = sim.faults();
+        (faults.slow_next > 0).then(|| {
+            faults.slow_next -= 1;
+            Duration::from_millis(faults.slow_ms)
+        })
+    };
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    answer
 }
 
 async fn set_faults(

@@ -1252,6 +1252,62 @@ async fn a_unit_that_cannot_be_placed_in_five_attempts_is_refunded_as_internal_e
     assert_ledger_matches_float(&app, &partner_id).await;
 }
 
+#[tokio::test]
+async fn a_supplier_answer_later_than_the_time_out_is_retried_without_placing_twice() {
+    let app = order_app_with(&[
+        ("supplier.timeout_ms", "300"),
+        ("supplier.retry_backoff_ms", "10"),
+    ])
+    .await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 10_000).await;
+    // The first placements take effect at the supplier but answer after the
+    // time-out: the retries must find the same placement (same transaction id).
+    set_faults(&app, json!({ "slow_next": 2, "slow_ms": 1500 })).await;
+
+    let id = accepted(&app, &secret, &order_body(2)).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let order = settled(&app, &secret, &id).await;
+
+    assert_eq!(order["status"], "completed", "{order}");
+    let iccids = iccids_of(&order["esims"]);
+    assert_eq!(iccids.len(), 2, "{order}");
+    assert_ne!(iccids[0], iccids[1]);
+    assert_eq!(order["refunded_cents"], 0);
+    assert_eq!(balance(&app, &secret).await, 10_000 - 2 * BRONZE_UNIT);
+    let units = order_unit::Entity::find()
+        .filter(order_unit::Column::OrderId.eq(id.as_str()))
+        .all(&app.db)
+        .await
+        .unwrap();
+    assert!(
+        units.iter().all(|u| u.last_error.is_some()),
+        "each unit's first placement timed out: {units:?}"
+    );
+    assert_ledger_matches_float(&app, &partner_id).await;
+}
+
+#[tokio::test]
+async fn garbage_and_errors_from_the_supplier_are_retried_and_the_order_completes() {
+    let app = order_app_with(&[("supplier.retry_backoff_ms", "10")]).await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 10_000).await;
+    set_faults(&app, json!({ "garbage_next": 2, "fail_next": 2 })).await;
+
+    let id = accepted(&app, &secret, &order_body(1)).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let order = settled(&app, &secret, &id).await;
+
+    assert_eq!(order["status"], "completed", "{order}");
+    assert_eq!(iccids_of(&order["esims"]).len(), 1);
+    assert_eq!(balance(&app, &secret).await, 10_000 - BRONZE_UNIT);
+    assert_ledger_matches_float(&app, &partner_id).await;
+}
+
 // -------------------------------------------------------------- scoping
 
 #[tokio::test]
