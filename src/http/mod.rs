@@ -13,8 +13,8 @@ pub mod me;
 pub mod openapi;
 pub mod orders;
 pub mod pagination;
-pub mod server;
 pub mod plans;
+pub mod server;
 
 use axum::{
     Router, middleware,
