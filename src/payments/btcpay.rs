@@ -145,7 +145,9 @@ impl PaymentProvider for BtcPayClient {
 /// `12345` → `"123.45"`.
 pub fn cents_to_decimal(cents: i64) -> String {
     let sign = if cents < 0 { "-" } else { "" };
-    format!("{sign}{}.{:02}", cents.abs() / 100, cents.abs() % 100)
+    // Unsigned: `i64::MIN` has no positive `i64`.
+    let magnitude = cents.unsigned_abs();
+    format!("{sign}{}.{:02}", magnitude / 100, magnitude % 100)
 }
 
 /// `"123.45"` → `12345`; more than two decimals are truncated toward zero.
@@ -167,12 +169,15 @@ pub fn decimal_to_cents(text: &str) -> Option<i64> {
         .chain(std::iter::repeat('0'))
         .take(2)
         .collect();
-    let value = whole
-        .parse::<i64>()
-        .ok()?
-        .checked_mul(100)?
-        .checked_add(cents_part.parse::<i64>().ok()?)?;
-    Some(if negative { -value } else { value })
+    let whole = whole.parse::<i64>().ok()?.checked_mul(100)?;
+    let cents = cents_part.parse::<i64>().ok()?;
+    // Built toward its sign so that `i64::MIN`, which has no positive
+    // counterpart, reads back too.
+    if negative {
+        whole.checked_neg()?.checked_sub(cents)
+    } else {
+        whole.checked_add(cents)
+    }
 }
 
 /// The `BTCPay-Sig` header of a body.
@@ -228,6 +233,20 @@ mod tests {
         assert!(!verify("s3cret", body, None));
         assert!(!verify("s3cret", body, Some("sha256=zz")));
         assert!(!verify("s3cret", body, Some(&sig.replace("sha256=", ""))));
+    }
+
+    #[test]
+    fn the_extreme_cents_convert_both_ways() {
+        // Found by the callback_verify fuzz target: `i64::MIN` overflowed
+        // `abs()` when printed and could not be read back.
+        assert_eq!(cents_to_decimal(i64::MIN), "-92233720368547758.08");
+        assert_eq!(decimal_to_cents("-92233720368547758.08"), Some(i64::MIN));
+        assert_eq!(cents_to_decimal(i64::MAX), "92233720368547758.07");
+        assert_eq!(decimal_to_cents("92233720368547758.07"), Some(i64::MAX));
+        assert_eq!(decimal_to_cents("92233720368547758.08"), None);
+        assert_eq!(decimal_to_cents("-92233720368547758.09"), None);
+        assert_eq!(decimal_to_cents("-0.05"), Some(-5));
+        assert_eq!(decimal_to_cents("-0"), Some(0));
     }
 
     proptest! {
