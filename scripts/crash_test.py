@@ -1430,6 +1430,8 @@ def main():
             facts = {}
             run.violation(f"the API failed a read while checking: {err}")
         logs = read_logs(run.nodes)
+        if logs["orders_settled_in_two_logs"]:
+            run.violation(f"{logs['orders_settled_in_two_logs']} orders logged as settled by two nodes")
         for note in run.kill_log:
             if note.get("deposits") is not None:
                 killed_run = f"{note['node']}.run{note['run']}"
