@@ -396,6 +396,51 @@ impl ServeProcess {
         }
     }
 
+    /// A call to this process's operator API with `token`, answered as JSON.
+    pub async fn operator_call(
+        &self,
+        token: &str,
+        method: Method,
+        path: &str,
+        body: Value,
+    ) -> Value {
+        reqwest::Client::new()
+            .request(
+                method,
+                format!("http://{}/operator/v1{path}", self.operator),
+            )
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .expect("operator call")
+            .json()
+            .await
+            .expect("operator answer is JSON")
+    }
+
+    /// A live gold partner with a live key: (partner, key answer with `secret`).
+    pub async fn live_partner(&self, token: &str) -> (Value, Value) {
+        let partner = self
+            .operator_call(
+                token,
+                Method::POST,
+                "/partners",
+                json!({ "name": format!("Partner {}", uuid::Uuid::new_v4()), "tier": "gold", "status": "live" }),
+            )
+            .await;
+        let id = partner["id"].as_str().expect("partner id");
+        let key = self
+            .operator_call(
+                token,
+                Method::POST,
+                &format!("/partners/{id}/keys"),
+                json!({ "mode": "live" }),
+            )
+            .await;
+        (partner, key)
+    }
+
     /// The log lines so far.
     pub fn lines(&self) -> Vec<String> {
         self.log.lock().expect("log lock").clone()

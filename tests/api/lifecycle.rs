@@ -28,31 +28,8 @@ async fn every_actor_kind_logs_start_failure_restart_and_stop_in_one_shape() {
     ])
     .await;
     let client = reqwest::Client::new();
-    let op = |method: Method, path: &str| {
-        client
-            .request(
-                method,
-                format!("http://{}/operator/v1{path}", serve.operator),
-            )
-            .bearer_auth(TOKEN)
-    };
-    let partner: Value = op(Method::POST, "/partners")
-        .json(&json!({ "name": "Watched", "tier": "gold", "status": "live" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (partner, key) = serve.live_partner(TOKEN).await;
     let partner_id = partner["id"].as_str().unwrap().to_owned();
-    let key: Value = op(Method::POST, &format!("/partners/{partner_id}/keys"))
-        .json(&json!({ "mode": "live" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
     // First use starts the partner's account actor.
     let balance = client
         .get(format!("http://{}/partner/v1/balance", serve.public))
@@ -74,11 +51,15 @@ async fn every_actor_kind_logs_start_failure_restart_and_stop_in_one_shape() {
         402,
         "no float: refused, but the actor decided"
     );
-    let failed = op(Method::POST, &format!("/actors/{partner_id}/fail"))
-        .send()
-        .await
-        .unwrap();
-    assert!(failed.status().is_success(), "{}", failed.status());
+    let failed = serve
+        .operator_call(
+            TOKEN,
+            Method::POST,
+            &format!("/actors/{partner_id}/fail"),
+            json!({}),
+        )
+        .await;
+    assert!(failed.get("error").is_none(), "{failed}");
     let restarted = |lines: &[String]| {
         lines
             .iter()

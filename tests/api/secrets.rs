@@ -24,23 +24,8 @@ async fn secrets_never_appear_in_logs_or_error_bodies() {
             .bearer_auth(TOKEN)
     };
 
-    let partner: Value = op(Method::POST, "/partners")
-        .json(&json!({ "name": "Quiet", "tier": "gold", "status": "live" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (partner, key) = serve.live_partner(TOKEN).await;
     let id = partner["id"].as_str().unwrap();
-    let key: Value = op(Method::POST, &format!("/partners/{id}/keys"))
-        .json(&json!({ "mode": "live" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
     let secret = key["secret"].as_str().unwrap().to_owned();
     let rotated: Value = op(
         Method::POST,
