@@ -105,6 +105,8 @@ pub struct Shared {
     /// When this node provisions: how long a freshly accepted order is
     /// claimed for it (the order is inserted claimed, saving a write).
     pub provisioning_lease: Option<chrono::Duration>,
+    /// This process's id (`nd_...`): it names the provisioning claims it holds.
+    pub node_id: Arc<str>,
 }
 
 /// The supplier of each mode.
@@ -144,6 +146,8 @@ impl Application {
     /// Connects, migrates and binds; logs a `listening` line per listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         crate::metrics::install();
+        let node_id: Arc<str> = format!("nd_{}", uuid::Uuid::now_v7().simple()).into();
+        tracing::info!(node_id = %node_id, "node starting");
         let db = store::connect(&settings.database).await?;
         store::migrate(&db).await?;
         if settings.catalogue.seed {
@@ -219,6 +223,7 @@ impl Application {
                 poll_interval: Duration::from_millis(settings.supplier.poll_interval_ms),
                 deadline: Duration::from_secs(settings.supplier.deadline_seconds),
                 lease: Duration::from_secs(settings.provisioning.lease_seconds),
+                node_id: node_id.clone(),
             };
             let reconciler = ReconcilerArgs {
                 db: db.clone(),
@@ -267,6 +272,7 @@ impl Application {
                 .provisioning
                 .enabled
                 .then(|| chrono::Duration::seconds(settings.provisioning.lease_seconds as i64)),
+            node_id,
             deposits,
             catalogue,
             cursors: CursorCodec::new(settings.cursor.secret.expose_secret().as_bytes()),

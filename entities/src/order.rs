@@ -32,6 +32,8 @@ pub struct Model {
     pub attempts: i32,
     /// A provisioning worker holds the order until then (several nodes).
     pub claimed_until: Option<DateTimeUtc>,
+    /// The node holding the claim (its `nd_` id), while one does.
+    pub claimed_by: Option<String>,
     pub created_at: DateTimeUtc,
     pub completed_at: Option<DateTimeUtc>,
 }

@@ -8,6 +8,7 @@ mod m20261122_000001_accounts;
 mod m20261122_000002_catalogue;
 mod m20261122_000003_orders;
 mod m20261122_000004_deposits;
+mod m20261122_000005_order_claims;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000002_catalogue::Migration),
             Box::new(m20261122_000003_orders::Migration),
             Box::new(m20261122_000004_deposits::Migration),
+            Box::new(m20261122_000005_order_claims::Migration),
         ]
     }
 }

@@ -369,7 +369,7 @@ fn announce(state: &AccountState, decision: &Result<Decision, ApiError>) {
     {
         let _ = provisioning.cast(ProvisioningMsg::Provision {
             order_id: order.id.clone(),
-            claimed: order.claimed_until.is_some(),
+            claimed_until: order.claimed_until,
         });
     }
 }
@@ -454,6 +454,12 @@ async fn commit_batch(
         let (live, sandbox) = committed.map_err(|e| match e {
             AcceptError::Insufficient => {
                 ApiError::new(ErrorCode::Conflict).with_message("the float moved under the batch")
+            }
+            // Another node bound one of the keys first: a lost race, not a
+            // fault (the batch is decided again one request at a time).
+            AcceptError::Db(err) if store::is_unique_violation(&err) => {
+                ApiError::new(ErrorCode::Conflict)
+                    .with_message("another node bound a key of the batch")
             }
             AcceptError::Db(err) => ApiError::from(err),
         })?;
@@ -867,6 +873,7 @@ mod tests {
                 refunded_cents: 0,
                 attempts: 0,
                 claimed_until: None,
+                claimed_by: None,
                 created_at: Utc::now(),
                 completed_at: None,
             }),

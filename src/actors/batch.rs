@@ -192,6 +192,7 @@ mod tests {
             refunded_cents: 0,
             attempts: 0,
             claimed_until: None,
+            claimed_by: None,
             created_at: Utc::now(),
             completed_at: None,
         }

@@ -15,6 +15,7 @@ use chrono::{DateTime, Utc};
 use entities::{esim, order, order_unit};
 use futures::StreamExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::{collections::HashSet, sync::Mutex};
 use tokio::sync::Semaphore;
 
 use super::{accounts::Accounts, log_lifecycle};
@@ -31,10 +32,13 @@ use crate::{
 
 /// Messages of the provisioning actor.
 pub enum ProvisioningMsg {
-    /// Provision the pending units of an order. `claimed`: the order was
-    /// inserted already claimed by this node (fresh from acceptance), so no
-    /// claim write is needed.
-    Provision { order_id: String, claimed: bool },
+    /// Provision the pending units of an order. `claimed_until`: the order
+    /// was inserted claimed by this node until then (fresh from acceptance);
+    /// while most of that lease is left no claim write is needed.
+    Provision {
+        order_id: String,
+        claimed_until: Option<DateTime<Utc>>,
+    },
 }
 
 /// What provisioning needs.
@@ -60,8 +64,10 @@ pub struct ProvisioningArgs {
     pub poll_interval: Duration,
     /// Longest a unit may take to allocate before it is refunded.
     pub deadline: Duration,
-    /// How long a claim on an order lasts.
+    /// How long a claim on an order lasts; a pass renews it every third of this.
     pub lease: Duration,
+    /// This node's id, written into the claims it holds.
+    pub node_id: Arc<str>,
 }
 
 pub struct ProvisioningActor;
@@ -69,6 +75,9 @@ pub struct ProvisioningActor;
 pub struct ProvisioningState {
     args: Arc<ProvisioningArgs>,
     permits: Arc<Semaphore>,
+    /// Orders queued or being provisioned here: an order is never worked on
+    /// twice at once by one node (the reconciler may name it again).
+    in_flight: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Actor for ProvisioningActor {
@@ -94,6 +103,7 @@ impl Actor for ProvisioningActor {
         Ok(ProvisioningState {
             permits: Arc::new(Semaphore::new(args.concurrency.max(1))),
             args: Arc::new(args),
+            in_flight: Arc::default(),
         })
     }
 
@@ -103,34 +113,77 @@ impl Actor for ProvisioningActor {
         message: ProvisioningMsg,
         state: &mut ProvisioningState,
     ) -> Result<(), ActorProcessingErr> {
-        let ProvisioningMsg::Provision { order_id, claimed } = message;
+        let ProvisioningMsg::Provision {
+            order_id,
+            claimed_until,
+        } = message;
+        if !lock(&state.in_flight).insert(order_id.clone()) {
+            tracing::debug!(order_id, "already queued or under way on this node");
+            return Ok(());
+        }
         let args = state.args.clone();
         let permits = state.permits.clone();
+        let in_flight = state.in_flight.clone();
         tokio::spawn(async move {
-            let Ok(_permit) = permits.acquire_owned().await else {
-                return;
-            };
-            if let Err(err) = provision_order(&args, &order_id, claimed).await {
+            if let Ok(_permit) = permits.acquire_owned().await
+                && let Err(err) = provision_order(&args, &order_id, claimed_until).await
+            {
                 tracing::warn!(order_id, error = %err, "provisioning pass failed; the reconciler will re-drive it");
-                let _ = store::orders::release(&args.db, &order_id).await;
+                let _ = store::orders::release(&args.db, &order_id, &args.node_id).await;
             }
+            lock(&in_flight).remove(&order_id);
         });
         Ok(())
     }
 }
 
-/// One provisioning pass over an order.
+/// One provisioning pass over an order, if this node holds or can claim it.
 #[tracing::instrument(skip_all, fields(order_id = %order_id))]
 async fn provision_order(
     args: &ProvisioningArgs,
     order_id: &str,
-    claimed: bool,
+    claimed_until: Option<DateTime<Utc>>,
 ) -> anyhow::Result<()> {
     let now = time::now();
-    let until = now + chrono::Duration::from_std(args.lease)?;
-    if !claimed && !store::orders::claim(&args.db, order_id, now, until).await? {
+    let lease = chrono::Duration::from_std(args.lease)?;
+    // The claim made at acceptance is ours while it lasts; once half of it
+    // went by waiting for a permit, claim again (ours, or free after it lapsed).
+    let fresh = claimed_until.is_some_and(|until| until - now > lease / 2);
+    if !fresh && !store::orders::claim(&args.db, order_id, &args.node_id, now, now + lease).await? {
+        tracing::debug!(order_id, "held by another node; left to it");
         return Ok(());
     }
+    keep_claimed(args, order_id, lease, provision_claimed(args, order_id)).await
+}
+
+/// Runs `pass` while renewing this node's claim every third of the lease.
+/// If the claim was lost (this node stalled past the lease and another took
+/// the order over) the pass is abandoned: the other node carries on.
+async fn keep_claimed(
+    args: &ProvisioningArgs,
+    order_id: &str,
+    lease: chrono::Duration,
+    pass: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let period = (args.lease / 3).max(Duration::from_millis(10));
+    let mut renewals = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tokio::pin!(pass);
+    loop {
+        tokio::select! {
+            result = &mut pass => return result,
+            _ = renewals.tick() => {
+                let until = time::now() + lease;
+                if !store::orders::renew(&args.db, order_id, &args.node_id, until).await? {
+                    tracing::warn!(order_id, node_id = %args.node_id, "claim lost to another node; abandoning this pass");
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// One pass over an order this node holds.
+async fn provision_claimed(args: &ProvisioningArgs, order_id: &str) -> anyhow::Result<()> {
     let Some(order) = store::orders::get_order(&args.db, order_id).await? else {
         return Ok(());
     };
@@ -167,7 +220,7 @@ async fn provision_order(
     // Deliveries are settled by the delivery writer and refunds by the account
     // actor; what is left is a unit to retry later, or nothing to do at all.
     if outcomes.iter().any(|o| matches!(o, UnitOutcome::Later)) {
-        store::orders::release(&args.db, order_id).await?;
+        store::orders::release(&args.db, order_id, &args.node_id).await?;
     } else if outcomes.is_empty() {
         let now = time::now();
         if let Some(settled) = store::orders::finalize(&args.db, order_id, now).await? {
@@ -402,4 +455,9 @@ async fn store_deliveries(db: &Db, profiles: &[esim::Model]) -> Result<Vec<bool>
         tracing::info!(order_id, status = order.status, "order settled");
     }
     Ok(delivered)
+}
+
+/// The in-flight set survives a panic elsewhere: its data stays consistent.
+fn lock(set: &Mutex<HashSet<String>>) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    set.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -78,7 +78,7 @@ impl Actor for ReconcilerActor {
         match store::orders::stranded(&args.db, older_than, now, 500).await {
             Ok(ids) => {
                 if !ids.is_empty() {
-                    tracing::info!(count = ids.len(), "re-driving stranded orders");
+                    tracing::info!(count = ids.len(), order_ids = ?ids, "re-driving stranded orders");
                 }
                 let Some(provisioning) = args.accounts.provisioning() else {
                     return Ok(());
@@ -86,7 +86,7 @@ impl Actor for ReconcilerActor {
                 for id in ids {
                     let _ = provisioning.cast(ProvisioningMsg::Provision {
                         order_id: id,
-                        claimed: false,
+                        claimed_until: None,
                     });
                 }
             }

@@ -325,6 +325,7 @@ fn price_order(
         attempts: 0,
         // A node that provisions claims the order as it accepts it.
         claimed_until: state.provisioning_lease.map(|lease| now + lease),
+        claimed_by: state.provisioning_lease.map(|_| state.node_id.to_string()),
         created_at: now,
         completed_at: None,
     })

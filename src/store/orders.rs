@@ -341,15 +341,19 @@ pub async fn esims_of<C: ConnectionTrait>(
         .await
 }
 
-/// Takes the order for one provisioning pass if nobody holds it; counts the attempt.
+/// Claims an order for provisioning by `node` until `until`: it succeeds
+/// when nobody holds the order, the holder's claim has lapsed, or `node`
+/// holds it already (the claim made at acceptance). Counts a pass.
 pub async fn claim<C: ConnectionTrait>(
     db: &C,
     order_id: &str,
+    node: &str,
     now: DateTime<Utc>,
     until: DateTime<Utc>,
 ) -> Result<bool, DbErr> {
     let result = order::Entity::update_many()
         .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
+        .col_expr(order::Column::ClaimedBy, Expr::value(Some(node)))
         .col_expr(
             order::Column::Attempts,
             Expr::col(order::Column::Attempts).add(1),
@@ -359,21 +363,45 @@ pub async fn claim<C: ConnectionTrait>(
         .filter(
             Condition::any()
                 .add(order::Column::ClaimedUntil.is_null())
-                .add(order::Column::ClaimedUntil.lt(now)),
+                .add(order::Column::ClaimedUntil.lt(now))
+                .add(order::Column::ClaimedBy.eq(node)),
         )
         .exec(db)
         .await?;
     Ok(result.rows_affected == 1)
 }
 
-/// Lets go of an order after a pass.
-pub async fn release<C: ConnectionTrait>(db: &C, order_id: &str) -> Result<(), DbErr> {
+/// Extends `node`'s claim on an order to `until`; false when the node no
+/// longer holds it (another node took it over after it lapsed, or it settled).
+pub async fn renew<C: ConnectionTrait>(
+    db: &C,
+    order_id: &str,
+    node: &str,
+    until: DateTime<Utc>,
+) -> Result<bool, DbErr> {
+    let result = order::Entity::update_many()
+        .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
+        .filter(order::Column::Id.eq(order_id))
+        .filter(order::Column::Status.eq(rules::PROCESSING))
+        .filter(order::Column::ClaimedBy.eq(node))
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected == 1)
+}
+
+/// Lets go of `node`'s claim after a pass; another node's claim is left alone.
+pub async fn release<C: ConnectionTrait>(db: &C, order_id: &str, node: &str) -> Result<(), DbErr> {
     order::Entity::update_many()
         .col_expr(
             order::Column::ClaimedUntil,
             Expr::value(Option::<DateTime<Utc>>::None),
         )
+        .col_expr(
+            order::Column::ClaimedBy,
+            Expr::value(Option::<String>::None),
+        )
         .filter(order::Column::Id.eq(order_id))
+        .filter(order::Column::ClaimedBy.eq(node))
         .exec(db)
         .await
         .map(|_| ())
@@ -542,6 +570,10 @@ pub async fn finalize<C: ConnectionTrait>(
         .col_expr(
             order::Column::ClaimedUntil,
             Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(
+            order::Column::ClaimedBy,
+            Expr::value(Option::<String>::None),
         )
         .filter(order::Column::Id.eq(order_id))
         .filter(order::Column::Status.eq(rules::PROCESSING))

@@ -1308,6 +1308,69 @@ async fn garbage_and_errors_from_the_supplier_are_retried_and_the_order_complete
     assert_ledger_matches_float(&app, &partner_id).await;
 }
 
+#[tokio::test]
+async fn a_provisioning_claim_is_held_renewed_and_released_only_by_its_node() {
+    use esim_reseller::store::orders::{claim, release, renew};
+    // This node accepts but does not provision, so the order starts unclaimed.
+    let app = order_app_with(&[("provisioning.enabled", "false")]).await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 10_000).await;
+    let id = accepted(&app, &secret, &order_body(1)).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let now = chrono::Utc::now();
+    let lease = chrono::Duration::seconds(60);
+    let claimed_by = |app: &TestApp, id: &str| {
+        let (db, id) = (app.db.clone(), id.to_owned());
+        async move {
+            order::Entity::find_by_id(id)
+                .one(&db)
+                .await
+                .unwrap()
+                .unwrap()
+                .claimed_by
+        }
+    };
+
+    assert!(claim(&app.db, &id, "nd_a", now, now + lease).await.unwrap());
+    assert!(
+        !claim(&app.db, &id, "nd_b", now, now + lease).await.unwrap(),
+        "held by a"
+    );
+    assert!(
+        claim(&app.db, &id, "nd_a", now, now + lease).await.unwrap(),
+        "a again: its own"
+    );
+    assert!(renew(&app.db, &id, "nd_a", now + lease).await.unwrap());
+    assert!(
+        !renew(&app.db, &id, "nd_b", now + lease).await.unwrap(),
+        "b holds nothing"
+    );
+    release(&app.db, &id, "nd_b").await.unwrap();
+    assert_eq!(
+        claimed_by(&app, &id).await.as_deref(),
+        Some("nd_a"),
+        "b cannot release a's claim"
+    );
+
+    // a stalls past its lease: b may take over, and a's renewal then fails.
+    let later = now + lease + chrono::Duration::seconds(1);
+    assert!(
+        claim(&app.db, &id, "nd_b", later, later + lease)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !renew(&app.db, &id, "nd_a", later + lease).await.unwrap(),
+        "a lost it"
+    );
+    release(&app.db, &id, "nd_a").await.unwrap();
+    assert_eq!(claimed_by(&app, &id).await.as_deref(), Some("nd_b"));
+    release(&app.db, &id, "nd_b").await.unwrap();
+    assert_eq!(claimed_by(&app, &id).await, None);
+}
+
 // -------------------------------------------------------------- scoping
 
 #[tokio::test]
