@@ -14,10 +14,10 @@
 # CRASH_SEED fixes the random choices (each run prints its seed); CRASH_KILLS
 # sets the kills per run (default 6). Logs are kept when a run fails.
 #
-# CRASH_LEASE_RACE=1 adds the provisioning-lease reproduction of
-# docs/reliability.md (three nodes, one of them provisioning one order at a
-# time behind a 2-second lease): it fails until a queued order re-checks its
-# claim before provisioning.
+# 4. with both: the provisioning-lease race (three nodes, one of them
+#    provisioning one order at a time behind a 2-second lease, so orders wait
+#    in its queue past their lease and another node takes them over): no unit
+#    may be worked on by two nodes at once.
 set -uo pipefail
 
 bin="${1:?usage: scripts/crash_ci.sh <path to esim-reseller>}"
@@ -87,7 +87,7 @@ if [ -n "${TEST_DATABASE_URL:-}" ]; then
     else
       failed+=("three-nodes (database not created)")
     fi
-    if [ -n "${CRASH_LEASE_RACE:-}" ] && create_database "crash_lease_$suffix"; then
+    if create_database "crash_lease_$suffix"; then
       run lease-race --nodes 3 --database-url "$(sibling_url "crash_lease_$suffix")" \
         --redis-url "$TEST_REDIS_URL" --kills 0 --workers 1 --drive-seconds 15 --rate-seconds 1 \
         --provisioning-concurrency 1,64 --supplier-latency-ms 2500 --lease-seconds 2
