@@ -951,6 +951,37 @@ async fn replayed_and_redelivered_callbacks_credit_nothing_twice() {
 }
 
 #[tokio::test]
+async fn callbacks_arriving_out_of_order_after_the_credit_change_nothing() {
+    let app = deposits_app().await;
+    let (partner_id, secret) = live_partner(&app).await;
+    let id = id_of(&open_deposit(&app, &secret, 10_000).await);
+    let partial = sim_event(&app, &id, "partial", 4_000).await["delivered"].clone();
+    let paid = sim_event(&app, &id, "paid", 6_000).await["delivered"].clone();
+    assert_credited(&app, &secret, &id, 10_000, 10_000).await;
+    let ledger_before = whole_ledger(&app, &secret).await;
+
+    // The earlier event arrives late, then the final one again, each under a
+    // fresh delivery id: the state is read back from the provider, so order
+    // does not matter.
+    for (n, event) in [partial, paid].iter().enumerate() {
+        let mut late = event.clone();
+        late["deliveryId"] = json!(format!("dlv-late-{n}"));
+        let body = late.to_string();
+        let status = post_callback(
+            &app,
+            &body,
+            Some(&signature(WEBHOOK_SECRET, body.as_bytes())),
+        )
+        .await;
+        assert!(status.is_success(), "{status}");
+    }
+
+    assert_credited(&app, &secret, &id, 10_000, 10_000).await;
+    assert_eq!(whole_ledger(&app, &secret).await, ledger_before);
+    assert_eq!(stored_ledger(&app, &partner_id).await.len(), 1);
+}
+
+#[tokio::test]
 async fn concurrent_callbacks_for_one_payment_credit_it_once() {
     let app = deposits_app().await;
     let (partner_id, secret) = live_partner(&app).await;

