@@ -92,12 +92,82 @@ async fn read_json_body<S: Send + Sync>(request: Request, state: &S) -> Result<V
     parse_value(&bytes)
 }
 
-fn parse_value(bytes: &[u8]) -> Result<Value, ApiError> {
+/// Reads a JSON body. An object that names one field twice is refused, as
+/// a repeated query parameter is: parsers disagree on which one wins, so
+/// such a body has no single meaning (nor a single idempotency fingerprint).
+pub fn parse_value(bytes: &[u8]) -> Result<Value, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::invalid_request("A JSON body is required."));
     }
-    serde_json::from_slice(bytes)
+    serde_json::from_slice::<UniqueKeys>(bytes)
+        .map(|unique| unique.0)
         .map_err(|err| ApiError::invalid_request(format!("The body is not valid JSON: {err}.")))
+}
+
+/// A JSON value in which no object repeats a key.
+struct UniqueKeys(Value);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_any(UniqueKeysVisitor)
+            .map(UniqueKeys)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        // JSON has no NaN or infinity, so `from_f64` always has a number.
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(UniqueKeys(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let UniqueKeys(value) = map.next_value()?;
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "the field `{key}` is given twice"
+                )));
+            }
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
 }
 
 /// A JSON array body whose elements are strict objects of `T`.
@@ -154,7 +224,6 @@ fn is_json(content_type: Option<&header::HeaderValue>) -> bool {
         .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// Parses a JSON object body into `T` strictly.
 /// A JSON number that is a whole number, as JSON Schema's `integer` reads
 /// it: `100` and `100.0` alike. Fractions, and floats too large to be exact
 /// (beyond 2^53), are not.
@@ -168,6 +237,7 @@ pub fn whole_number(value: &Value) -> Option<i64> {
     (float.is_finite() && float.fract() == 0.0 && float.abs() <= EXACT).then_some(float as i64)
 }
 
+/// Parses a JSON object body into `T` strictly.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     from_object(parse_value(bytes)?)
 }
@@ -301,5 +371,13 @@ mod tests {
         assert!(parse_json::<Body>(b"{").is_err());
         assert!(parse_json::<Body>(b"[1]").is_err());
         assert!(parse_json::<Body>(b"").is_err());
+        let err = parse_json::<Body>(br#"{"amount_cents": 100, "amount_cents": 200}"#).unwrap_err();
+        assert!(err.message.contains("given twice"), "{}", err.message);
+        let nested = parse_value(br#"{"a": [{"b": 1, "b": 1}]}"#).unwrap_err();
+        assert!(nested.message.contains("`b`"), "{}", nested.message);
+        assert_eq!(
+            parse_value(br#"{"a": [1, 2.5, -3, "x", null, true, {"b": {}}]}"#).unwrap(),
+            serde_json::json!({"a": [1, 2.5, -3, "x", null, true, {"b": {}}]})
+        );
     }
 }

@@ -22,7 +22,7 @@ use super::{
     auth::Caller,
     error::{ApiError, ErrorCode, Violations},
     esims::EsimView,
-    extract::{NoQuery, StrictQuery, from_object, whole_number},
+    extract::{NoQuery, StrictQuery, from_object, parse_value, whole_number},
     pagination::{self, ListEnvelope},
     plans::{MAX_QUANTITY, caller_rate},
 };
@@ -149,8 +149,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
 
 /// Parses and checks a `POST /orders` body, naming every problem.
 pub fn parse_order_body(body: &Bytes) -> Result<ValidOrder, ApiError> {
-    let raw: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid_request(format!("The body is not valid JSON: {e}.")))?;
+    let raw = parse_value(body)?;
     let fingerprint = fingerprint(&raw);
     let parsed: OrderBody = from_object(raw)?;
     let mut v = Violations::default();

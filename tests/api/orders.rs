@@ -427,6 +427,24 @@ async fn body_validation_failures_name_the_field_and_leave_the_key_usable() {
 }
 
 #[tokio::test]
+async fn a_body_naming_a_field_twice_is_refused_and_leaves_the_key_usable() {
+    let app = order_app().await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 10_000).await;
+    let key = new_key();
+    let twice = format!(r#"{{"plan_id": "{PLAN}", "quantity": 1, "quantity": 2}}"#);
+    let answer = post_raw(&app, &secret, Some(&key), twice).await;
+    let error = assert_error(answer.status, &answer.body, 400, "request.invalid");
+    assert!(
+        error["message"].as_str().unwrap().contains("`quantity`"),
+        "{error}"
+    );
+    assert_eq!(balance(&app, &secret).await, 10_000);
+    let answer = place(&app, &secret, &key, &order_body(1)).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED, "{}", answer.body);
+}
+
+#[tokio::test]
 async fn plan_refusals_leave_the_key_usable() {
     let app = order_app().await;
     let (partner_id, secret) = live_partner(&app).await;
