@@ -12,7 +12,10 @@
 //! - [`http`]: the partner API. Handlers parse and answer; [`http::error`] is
 //!   the one error type and its stable vocabulary; [`http::envelope`] gives
 //!   every response a request id and every error the spec's envelope;
-//!   [`http::extract`] refuses unknown parameters and fields.
+//!   [`http::extract`] refuses unknown parameters and fields;
+//!   [`http::openapi`] is the OpenAPI document generated from the handlers;
+//!   [`http::server`] accepts connections with a header-read timeout and a
+//!   request-head limit.
 //! - [`actors`]: ractor actors: an account actor per partner (the only
 //!   writer of its floats, deciding queued orders in groups), their
 //!   supervising directory, the shared commit writer, provisioning with its
@@ -33,7 +36,8 @@
 //!   fingerprints, ICCIDs, order settlement); no I/O.
 //! - [`store`]: sea-orm persistence; the only module that knows SQL.
 //! - [`simulators`]: stand-ins for the supplier and the payment provider.
-//! - [`docs`]: reference pages, so every `doc_url` resolves.
+//! - [`docs`]: reference pages (index, API reference rendered from the
+//!   OpenAPI document, errors), so every `doc_url` resolves.
 //! - [`telemetry`]: log output (`pretty` or `json`).
 //! - [`metrics`]: Prometheus metrics at `/metrics` on the operator listener:
 //!   request counts and latencies by route template, orders, provisioning,
