@@ -166,25 +166,17 @@ pub async fn list(
     StrictQuery(query): StrictQuery<DepositsQuery>,
 ) -> Result<Json<ListEnvelope<DepositView>>, ApiError> {
     let mut v = Violations::default();
-    v.check(
-        query
-            .status
-            .as_deref()
-            .is_some_and(|s| !STATUSES.contains(&s)),
-        "status",
-        format!("must be one of {}", STATUSES.join(", ")),
-    );
+    pagination::check_one_of(query.status.as_deref(), "status", &STATUSES, &mut v);
     let limit = pagination::parse_limit(query.limit.as_deref(), &mut v);
     pagination::check_cursor_length(query.cursor.as_deref(), &mut v);
     v.into_result()?;
     let scope = format!("deposits|{:?}", query.status);
-    let before = match pagination::decode_cursor(&state.cursors, &scope, query.cursor.as_deref())? {
-        Some(values) => Some(
-            time_id_keyset(&values)
-                .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor of this list"))?,
-        ),
-        None => None,
-    };
+    let before = pagination::decode_keyset(
+        &state.cursors,
+        &scope,
+        query.cursor.as_deref(),
+        time_id_keyset,
+    )?;
     if caller.mode == Mode::Sandbox {
         return Ok(Json(ListEnvelope {
             data: Vec::new(),
@@ -285,14 +277,7 @@ pub async fn ledger(
     StrictQuery(query): StrictQuery<LedgerParams>,
 ) -> Result<Json<ListEnvelope<LedgerEntryView>>, ApiError> {
     let mut v = Violations::default();
-    v.check(
-        query
-            .kind
-            .as_deref()
-            .is_some_and(|k| !LEDGER_KINDS.contains(&k)),
-        "kind",
-        format!("must be one of {}", LEDGER_KINDS.join(", ")),
-    );
+    pagination::check_one_of(query.kind.as_deref(), "kind", &LEDGER_KINDS, &mut v);
     let created_after =
         pagination::parse_datetime(query.created_after.as_deref(), "created_after", &mut v)
             .map(pagination::ceil_to_micros);
@@ -309,15 +294,9 @@ pub async fn ledger(
         created_before.map(|t| t.timestamp_micros())
     );
     let before_seq =
-        match pagination::decode_cursor(&state.cursors, &scope, query.cursor.as_deref())? {
-            Some(values) => Some(
-                values
-                    .first()
-                    .and_then(Value::as_i64)
-                    .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor of this list"))?,
-            ),
-            None => None,
-        };
+        pagination::decode_keyset(&state.cursors, &scope, query.cursor.as_deref(), |values| {
+            values.first().and_then(Value::as_i64)
+        })?;
     if caller.mode == Mode::Sandbox {
         return Ok(Json(ListEnvelope {
             data: Vec::new(),

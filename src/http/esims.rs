@@ -114,13 +114,12 @@ pub async fn list(
         query.status,
         created_after.map(|t| t.timestamp_micros())
     );
-    let before = match pagination::decode_cursor(&state.cursors, &scope, query.cursor.as_deref())? {
-        Some(values) => Some(
-            time_id_keyset(&values)
-                .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor of this list"))?,
-        ),
-        None => None,
-    };
+    let before = pagination::decode_keyset(
+        &state.cursors,
+        &scope,
+        query.cursor.as_deref(),
+        time_id_keyset,
+    )?;
     let rows = store::esims::list(
         &state.db,
         caller.partner_id(),

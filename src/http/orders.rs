@@ -440,14 +440,7 @@ pub async fn list(
     StrictQuery(query): StrictQuery<OrdersQuery>,
 ) -> Result<Json<ListEnvelope<OrderView>>, ApiError> {
     let mut v = Violations::default();
-    v.check(
-        query
-            .status
-            .as_deref()
-            .is_some_and(|s| !STATUSES.contains(&s)),
-        "status",
-        format!("must be one of {}", STATUSES.join(", ")),
-    );
+    pagination::check_one_of(query.status.as_deref(), "status", &STATUSES, &mut v);
     let created_after =
         pagination::parse_datetime(query.created_after.as_deref(), "created_after", &mut v);
     let created_before =
@@ -463,13 +456,12 @@ pub async fn list(
         created_after.map(|t| t.timestamp_micros()),
         created_before.map(|t| t.timestamp_micros())
     );
-    let before = match pagination::decode_cursor(&state.cursors, &scope, query.cursor.as_deref())? {
-        Some(values) => Some(
-            time_id_keyset(&values)
-                .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor of this list"))?,
-        ),
-        None => None,
-    };
+    let before = pagination::decode_keyset(
+        &state.cursors,
+        &scope,
+        query.cursor.as_deref(),
+        time_id_keyset,
+    )?;
     let rows = store::orders::list_orders(
         &state.db,
         caller.partner_id(),

@@ -75,6 +75,30 @@ pub fn decode_cursor(
     .transpose()
 }
 
+/// The keyset a cursor carries, read by `read`, if the cursor verifies for
+/// `scope` and holds a keyset of this list.
+pub fn decode_keyset<K>(
+    codec: &CursorCodec,
+    scope: &str,
+    raw: Option<&str>,
+    read: impl FnOnce(&[Value]) -> Option<K>,
+) -> Result<Option<K>, ApiError> {
+    decode_cursor(codec, scope, raw)?
+        .map(|values| {
+            read(&values).ok_or_else(|| ApiError::invalid("cursor", "is not a cursor of this list"))
+        })
+        .transpose()
+}
+
+/// Records a violation if an optional enum parameter is not one of `allowed`.
+pub fn check_one_of(raw: Option<&str>, param: &str, allowed: &[&str], v: &mut Violations) {
+    v.check(
+        raw.is_some_and(|value| !allowed.contains(&value)),
+        param,
+        format!("must be one of {}", allowed.join(", ")),
+    );
+}
+
 /// Parses an optional integer parameter with a lower bound.
 pub fn parse_int_at_least(
     raw: Option<&str>,

@@ -256,13 +256,12 @@ pub async fn list(
     let (filter, limit, cursor) = query.into_filter(&mut v);
     v.into_result()?;
     let scope = plans_scope(&filter);
-    let after = match pagination::decode_cursor(&state.cursors, &scope, cursor.as_deref())? {
-        Some(values) => Some(
-            Keyset::from_values(&values)
-                .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor of this list"))?,
-        ),
-        None => None,
-    };
+    let after = pagination::decode_keyset(
+        &state.cursors,
+        &scope,
+        cursor.as_deref(),
+        Keyset::from_values,
+    )?;
     let rate = caller_rate(&state, &caller);
     let snapshot = state.catalogue.snapshot();
     let (page, has_more) = snapshot.page(&filter, caller.mode, &rate, after.as_ref(), limit);
