@@ -28,6 +28,9 @@ async fn exceed(apps: &[&TestApp], key: &str, path: &str, limit: u64) -> Respons
             let app = apps[i as usize % apps.len()];
             let response = app.as_partner(key, Method::GET, path).send().await.unwrap();
             resets.push(header_u64(&response, "x-ratelimit-reset"));
+            if resets.first() != resets.last() {
+                break; // the window turned mid-way: counts restart, try again
+            }
             if i < limit {
                 assert_eq!(
                     response.status(),
