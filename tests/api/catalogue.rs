@@ -12,7 +12,7 @@ use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_error, read, spawn_app_with};
+use crate::helpers::{TestApp, assert_error, get, read, spawn_app_with};
 
 /// Rate limits lifted so that a test can page the whole catalogue.
 const UNTHROTTLED: &[(&str, &str)] = &[
@@ -72,17 +72,6 @@ async fn partner(app: &TestApp, fields: Value, mode: &str) -> (String, String) {
 /// The secret of a live key of a new partner on `tier`.
 async fn live_key(app: &TestApp, tier: &str) -> String {
     partner(app, json!({ "tier": tier }), "live").await.1
-}
-
-/// `GET {path}` (relative to `/partner/v1`) as the holder of `secret`.
-async fn get(app: &TestApp, secret: &str, path: &str) -> (StatusCode, Value) {
-    read(
-        app.as_partner(secret, Method::GET, path)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await
 }
 
 /// Pages `GET /plans?{query}` to the end with `limit`, checking the envelope

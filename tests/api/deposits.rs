@@ -14,7 +14,10 @@ use reqwest::{Method, StatusCode};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_error, eventually, read, spawn_app_with};
+use crate::helpers::{
+    TestApp, assert_error, balance, eventually, get, live_partner, read, sandbox_key,
+    spawn_app_with,
+};
 
 /// The webhook secret the service and its simulator share by default.
 const WEBHOOK_SECRET: &str = "sim-webhook-secret";
@@ -31,34 +34,6 @@ const UNTHROTTLED: &[(&str, &str)] = &[
 
 async fn deposits_app() -> TestApp {
     spawn_app_with(UNTHROTTLED).await
-}
-
-/// A live bronze partner with a live key: (partner id, secret).
-async fn live_partner(app: &TestApp) -> (String, String) {
-    let (partner, key) = app.partner_with_key(json!({}), "live").await;
-    (
-        partner["id"].as_str().unwrap().to_owned(),
-        key["secret"].as_str().unwrap().to_owned(),
-    )
-}
-
-/// The secret of a new sandbox key of the partner.
-async fn sandbox_key(app: &TestApp, partner_id: &str) -> String {
-    app.issue_key(partner_id, json!({ "mode": "sandbox" }))
-        .await["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-async fn get(app: &TestApp, secret: &str, path: &str) -> (StatusCode, Value) {
-    read(
-        app.as_partner(secret, Method::GET, path)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await
 }
 
 /// `GET /ledger` with query pairs (values URL-encoded).
@@ -144,12 +119,6 @@ async fn show_deposit(app: &TestApp, secret: &str, id: &str) -> Value {
     let (status, body) = get(app, secret, &format!("/deposits/{id}")).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body
-}
-
-async fn balance(app: &TestApp, secret: &str) -> i64 {
-    let (status, body) = get(app, secret, "/balance").await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    body["balance_cents"].as_i64().unwrap()
 }
 
 /// The live float as the operator sees it (works on closed accounts too).

@@ -13,7 +13,7 @@ use tokio::{
     task::JoinSet,
 };
 
-use crate::helpers::{TestApp, eventually, read, spawn_app, spawn_node};
+use crate::helpers::{TestApp, balance, eventually, fund, read, spawn_app, spawn_node};
 
 /// A TCP proxy to the database that can be cut (every connection closed,
 /// new ones refused) and restored.
@@ -91,17 +91,6 @@ async fn order(node: &TestApp, secret: &str, key: &str) -> (u16, Value) {
     (status.as_u16(), body)
 }
 
-async fn balance(node: &TestApp, secret: &str) -> i64 {
-    let (_, body) = read(
-        node.as_partner(secret, Method::GET, "/balance")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    body["balance_cents"].as_i64().unwrap()
-}
-
 #[tokio::test]
 async fn a_lost_database_degrades_health_refuses_orders_uncharged_and_heals_without_a_restart() {
     if std::env::var("TEST_DATABASE_URL").map_or(true, |u| u.is_empty()) {
@@ -127,13 +116,7 @@ async fn a_lost_database_degrades_health_refuses_orders_uncharged_and_heals_with
     let (partner, key) = node.partner_with_key(json!({}), "live").await;
     let secret = key["secret"].as_str().unwrap().to_owned();
     let partner_id = partner["id"].as_str().unwrap();
-    let response = node
-        .operator(Method::POST, &format!("/partners/{partner_id}/movements"))
-        .json(&json!({ "kind": "adjustment", "amount_cents": 100_000, "description": "float" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 201);
+    fund(&node, partner_id, 100_000).await;
     let (status, first) = order(&node, &secret, "fault-order-0000000001").await;
     assert_eq!(status, 202, "{first}");
     let price = first["total_cents"].as_i64().unwrap();

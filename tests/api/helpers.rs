@@ -200,6 +200,60 @@ impl Drop for TestApp {
     }
 }
 
+/// A live bronze partner with a live key: (partner id, secret).
+#[allow(dead_code)]
+pub async fn live_partner(app: &TestApp) -> (String, String) {
+    let (partner, key) = app.partner_with_key(json!({}), "live").await;
+    (
+        partner["id"].as_str().unwrap().to_owned(),
+        key["secret"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// The secret of a new sandbox key of the partner.
+#[allow(dead_code)]
+pub async fn sandbox_key(app: &TestApp, partner_id: &str) -> String {
+    app.issue_key(partner_id, json!({ "mode": "sandbox" }))
+        .await["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Credits the live float through the account actor (one ledger row).
+#[allow(dead_code)]
+pub async fn fund(app: &TestApp, partner_id: &str, cents: i64) {
+    let (status, body) = read(
+        app.operator(Method::POST, &format!("/partners/{partner_id}/movements"))
+            .json(&json!({ "kind": "adjustment", "amount_cents": cents, "description": "test funding" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+/// `GET` a partner route with `secret`: status and JSON body.
+#[allow(dead_code)]
+pub async fn get(app: &TestApp, secret: &str, path: &str) -> (StatusCode, Value) {
+    read(
+        app.as_partner(secret, Method::GET, path)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+}
+
+/// The balance the key's mode sees, read through `GET /balance`.
+#[allow(dead_code)]
+pub async fn balance(app: &TestApp, secret: &str) -> i64 {
+    let (status, body) = get(app, secret, "/balance").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["balance_cents"].as_i64().unwrap()
+}
+
 /// Status and JSON body of a response (`Value::Null` for an empty body).
 pub async fn read(response: Response) -> (StatusCode, Value) {
     let status = response.status();

@@ -25,7 +25,10 @@ use reqwest::{Method, StatusCode};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_error, eventually, read, spawn_app_with, spawn_node};
+use crate::helpers::{
+    TestApp, assert_error, balance, eventually, fund, get, live_partner, read, sandbox_key,
+    spawn_app_with, spawn_node,
+};
 
 /// A cheap plan whose bronze price is not clamped by its cost floor.
 const PLAN: &str = "pl_fr_1gb_7d";
@@ -67,37 +70,6 @@ fn fast_with<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
 
 async fn order_app_with(extra: &[(&str, &str)]) -> TestApp {
     spawn_app_with(&fast_with(extra)).await
-}
-
-/// A live bronze partner with a live key: (partner id, secret).
-async fn live_partner(app: &TestApp) -> (String, String) {
-    let (partner, key) = app.partner_with_key(json!({}), "live").await;
-    (
-        partner["id"].as_str().unwrap().to_owned(),
-        key["secret"].as_str().unwrap().to_owned(),
-    )
-}
-
-/// The secret of a new sandbox key of the partner.
-async fn sandbox_key(app: &TestApp, partner_id: &str) -> String {
-    app.issue_key(partner_id, json!({ "mode": "sandbox" }))
-        .await["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-/// Credits the live float through the account actor (one ledger row).
-async fn fund(app: &TestApp, partner_id: &str, cents: i64) {
-    let (status, body) = read(
-        app.operator(Method::POST, &format!("/partners/{partner_id}/movements"))
-            .json(&json!({ "kind": "adjustment", "amount_cents": cents, "description": "test funding" }))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 
 async fn set_sandbox_float(app: &TestApp, partner_id: &str, cents: i64) {
@@ -201,22 +173,6 @@ async fn accepted(app: &TestApp, secret: &str, body: &Value) -> Value {
     let answer = place(app, secret, &new_key(), body).await;
     assert_eq!(answer.status, StatusCode::ACCEPTED, "{}", answer.body);
     answer.body
-}
-
-async fn get(app: &TestApp, secret: &str, path: &str) -> (StatusCode, Value) {
-    read(
-        app.as_partner(secret, Method::GET, path)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await
-}
-
-async fn balance(app: &TestApp, secret: &str) -> i64 {
-    let (status, body) = get(app, secret, "/balance").await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    body["balance_cents"].as_i64().unwrap()
 }
 
 /// Polls the order until it leaves `processing`; returns it then.
