@@ -564,7 +564,9 @@ pub async fn finalize<C: ConnectionTrait>(
     ) else {
         return Ok(None);
     };
-    let result = order::Entity::update_many()
+    // One statement settles and reads back (RETURNING, on SQLite and
+    // PostgreSQL alike); no row means another pass settled it first.
+    let settled = order::Entity::update_many()
         .col_expr(order::Column::Status, Expr::value(status))
         .col_expr(order::Column::CompletedAt, Expr::value(Some(now)))
         .col_expr(
@@ -577,20 +579,14 @@ pub async fn finalize<C: ConnectionTrait>(
         )
         .filter(order::Column::Id.eq(order_id))
         .filter(order::Column::Status.eq(rules::PROCESSING))
-        .exec(db)
+        .exec_with_returning(db)
         .await?;
-    if result.rows_affected != 1 {
-        return Ok(None);
-    }
-    Ok(order::Entity::find_by_id(order_id)
-        .one(db)
-        .await?
-        .map(|order| Settled {
-            status,
-            mode: order.mode,
-            failure_code: order.failure_code,
-            created_at: order.created_at,
-        }))
+    Ok(settled.into_iter().next().map(|order| Settled {
+        status,
+        mode: order.mode,
+        failure_code: order.failure_code,
+        created_at: order.created_at,
+    }))
 }
 
 /// Rows per multi-row insert, inside every database's bind-parameter limit.
