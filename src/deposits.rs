@@ -1,32 +1,35 @@
 //! Crypto deposits: opening invoices, and moving deposits through the
 //! spec's state table from what the payment provider says.
 //!
-//! | provider says | deposit was | becomes |
-//! |---|---|---|
-//! | settled, paid > 0 | pending or cancelled | credited with what arrived (account actor, one ledger row) |
-//! | settled, paid 0 | pending | pending, review `zero_settlement` |
-//! | open, part paid | pending | pending (nothing until final) |
-//! | expired, nothing settled | pending | cancelled (still claimable) |
-//! | refunded | pending or cancelled | refunded (terminal) |
-//! | refunded | credited | credited; float not taken back; review `refunded_after_credit` |
-//! | settled, paid > 0 | any, account closed | unchanged; review `paid_on_closed_account` |
+//! The table itself is pure and lives in [`crate::domain::deposit`]; this
+//! module reads the provider, applies the step the table names, and takes the
+//! provider's webhooks. A webhook is a hint: its signature is checked over the
+//! raw body, then the invoice is read back through the API and that reading
+//! is what counts. Deliveries are deduplicated on `originalDeliveryId` (a
+//! redelivery carries a new `deliveryId` and the first one's id there), and
+//! every step only moves forward and is idempotent, so duplicated, redelivered
+//! and reordered webhooks change nothing twice.
 //!
-//! Status only moves forward, and every step is idempotent, so duplicated,
-//! redelivered and reordered callbacks change nothing twice.
+//! Refunds are the one thing the invoice does not show: the store creates a
+//! refund pull payment, BTCPay sends `InvoiceRefund` with its id, and the pull
+//! payment is read back before the deposit becomes `refunded` (or, once
+//! credited, raises a `refunded_after_credit` review).
 
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use entities::deposit;
 use serde_json::Value;
 
 use crate::{
     actors::accounts::Accounts,
+    domain::deposit::{self as rules, DepositStatus, ReviewReason, Step},
     domain::{ids::DepositId, partner::Status, time},
     http::error::{ApiError, ErrorCode},
-    payments::{InvoiceState, InvoiceStatus, PaymentError, PaymentProvider, btcpay},
+    payments::{PaymentError, PaymentProvider, btcpay},
     store::{
         self, Db,
-        deposits::{CANCELLED, CREDITED, PENDING, REFUNDED},
+        deposits::{CANCELLED, PENDING, REFUNDED},
     },
 };
 
@@ -96,7 +99,7 @@ impl Deposits {
         Ok(stored)
     }
 
-    /// Handles a provider callback: verify the signature over the raw body
+    /// Handles a provider webhook: verify the signature over the raw body
     /// first, then bring the deposit in line with the provider.
     pub async fn on_callback(&self, body: &[u8], signature: Option<&str>) -> Result<(), ApiError> {
         use secrecy::ExposeSecret;
@@ -111,41 +114,83 @@ impl Deposits {
         }
         let event: Value = serde_json::from_slice(body)
             .map_err(|_| ApiError::invalid_request("The callback body is not JSON."))?;
-        let delivery_id = event["deliveryId"].as_str().unwrap_or_default().to_owned();
-        let invoice_id = event["invoiceId"].as_str().unwrap_or_default().to_owned();
-        if !delivery_id.is_empty() && store::deposits::delivery_seen(&self.db, &delivery_id).await?
+        let hint = WebhookHint::read(&event);
+        if let Some(delivery) = &hint.delivery_key
+            && store::deposits::delivery_seen(&self.db, delivery).await?
         {
             tracing::info!(
-                delivery_id,
-                invoice_id,
-                "payment callback already processed"
+                delivery_id = delivery,
+                invoice_id = hint.invoice_id,
+                kind = hint.kind,
+                redelivery = hint.redelivery,
+                "payment webhook already processed"
             );
             return Ok(());
         }
-        let deposit = match store::deposits::by_invoice(&self.db, &invoice_id).await? {
-            Some(deposit) => Some(deposit),
-            None => match event["metadata"]["orderId"].as_str() {
-                Some(id) => store::deposits::get(&self.db, id)
-                    .await?
-                    .filter(|d| d.provider_invoice_id.as_deref() == Some(invoice_id.as_str())),
-                None => None,
-            },
-        };
-        let Some(deposit) = deposit else {
+        let Some(deposit) = self.deposit_of(&hint, &event).await? else {
             tracing::warn!(
-                invoice_id,
-                delivery_id,
-                kind = event["type"].as_str().unwrap_or(""),
-                "payment callback for an unknown deposit ignored"
+                invoice_id = hint.invoice_id,
+                kind = hint.kind,
+                "payment webhook for an unknown deposit ignored"
             );
             return Ok(());
         };
-        self.sync(deposit).await?;
-        if !delivery_id.is_empty() {
-            store::deposits::record_delivery(&self.db, &delivery_id, &invoice_id, time::now())
+        tracing::info!(deposit_id = %deposit.id, invoice_id = hint.invoice_id, kind = hint.kind, redelivery = hint.redelivery, "payment webhook");
+        match event["pullPaymentId"].as_str() {
+            Some(pull_payment_id) if hint.kind == "InvoiceRefund" => {
+                self.on_refund(&deposit, pull_payment_id).await?
+            }
+            _ => self.sync(deposit).await?,
+        }
+        if let Some(delivery) = &hint.delivery_key {
+            store::deposits::record_delivery(&self.db, delivery, &hint.invoice_id, time::now())
                 .await?;
         }
         Ok(())
+    }
+
+    /// The deposit a webhook names: by invoice id, or by our deposit id in
+    /// the invoice metadata when that deposit carries the same invoice id.
+    async fn deposit_of(
+        &self,
+        hint: &WebhookHint,
+        event: &Value,
+    ) -> Result<Option<deposit::Model>, ApiError> {
+        if let Some(deposit) = store::deposits::by_invoice(&self.db, &hint.invoice_id).await? {
+            return Ok(Some(deposit));
+        }
+        let Some(id) = event["metadata"]["orderId"].as_str() else {
+            return Ok(None);
+        };
+        Ok(store::deposits::get(&self.db, id)
+            .await?
+            .filter(|d| d.provider_invoice_id.as_deref() == Some(hint.invoice_id.as_str())))
+    }
+
+    /// A refund announced by the provider: read the pull payment back, then
+    /// take the table's refund step.
+    async fn on_refund(
+        &self,
+        deposit: &deposit::Model,
+        pull_payment_id: &str,
+    ) -> Result<(), ApiError> {
+        let Some(provider) = &self.provider else {
+            return Ok(());
+        };
+        let refund = provider
+            .refund(pull_payment_id)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let status = deposit_status(deposit)?;
+        let step = rules::refund_step(status, refund.usd_cents.unwrap_or(0));
+        let detail = format!(
+            "The store created refund pull payment {} for {} {} on invoice {}; the float was not taken back.",
+            refund.id,
+            refund.amount,
+            refund.currency,
+            deposit.provider_invoice_id.as_deref().unwrap_or("?")
+        );
+        self.take(deposit, step, &detail).await
     }
 
     /// Asks the provider about a deposit and applies what it says.
@@ -155,87 +200,106 @@ impl Deposits {
         else {
             return Ok(());
         };
-        let state = provider
+        let reading = provider
             .invoice_state(&invoice_id)
             .await
             .map_err(|e| unavailable(&e))?;
-        self.apply(&deposit, state).await
+        let view = rules::DepositView {
+            status: deposit_status(&deposit)?,
+            credited_cents: deposit.credited_cents,
+            expires_at: deposit.expires_at,
+        };
+        let step = rules::step(view, reading, time::now());
+        tracing::debug!(deposit_id = %deposit.id, invoice_id, ?reading, ?step, "deposit read back");
+        let detail = format!(
+            "Invoice {invoice_id} is {:?}/{:?} with {} cents received.",
+            reading.status, reading.additional, reading.received_cents
+        );
+        self.take(&deposit, step, &detail).await
     }
 
-    /// One step of the state table.
-    async fn apply(&self, deposit: &deposit::Model, state: InvoiceState) -> Result<(), ApiError> {
+    /// Carries out one step of the state table.
+    async fn take(
+        &self,
+        deposit: &deposit::Model,
+        step: Step,
+        detail: &str,
+    ) -> Result<(), ApiError> {
         let now = time::now();
         let db = &self.db;
-        if state.refunded {
-            return match deposit.status.as_str() {
-                PENDING | CANCELLED => {
-                    if store::deposits::transition(db, &deposit.id, &[PENDING, CANCELLED], REFUNDED, now).await? {
-                        tracing::info!(deposit_id = %deposit.id, "deposit refunded before credit");
-                        crate::metrics::deposit_transition(&deposit.status, REFUNDED);
-                    }
-                    Ok(())
-                }
-                CREDITED => Ok(store::deposits::raise_review(db, deposit, "refunded_after_credit", "The provider refunded a payment that was already credited; the float was not taken back.", now).await?),
-                _ => Ok(()),
-            };
-        }
-        match state.status {
-            InvoiceStatus::Settled if state.paid_cents > 0 => {
-                if deposit.status != PENDING && deposit.status != CANCELLED {
-                    return Ok(());
-                }
-                if self.account_closed(&deposit.partner_id).await? {
-                    // Touched so the reconciler moves on to other quiet deposits.
-                    store::deposits::touch(db, &deposit.id, now).await?;
-                    return Ok(store::deposits::raise_review(
-                        db,
-                        deposit,
-                        "paid_on_closed_account",
-                        &format!(
-                            "{} cents paid after the account closed; not credited.",
-                            state.paid_cents
-                        ),
-                        now,
-                    )
-                    .await?);
-                }
-                self.accounts
-                    .credit_deposit(&deposit.partner_id, &deposit.id, state.paid_cents)
-                    .await?;
-                Ok(())
-            }
-            InvoiceStatus::Settled => {
-                store::deposits::touch(db, &deposit.id, now).await?;
-                Ok(store::deposits::raise_review(
+        match step {
+            Step::Nothing => {}
+            Step::Wait => store::deposits::touch(db, &deposit.id, now).await?,
+            Step::Cancel => self.cancel(deposit, now).await?,
+            Step::Refund => {
+                if store::deposits::transition(
                     db,
-                    deposit,
-                    "zero_settlement",
-                    "The provider settled the invoice with nothing received.",
+                    &deposit.id,
+                    &[PENDING, CANCELLED],
+                    REFUNDED,
                     now,
                 )
-                .await?)
-            }
-            InvoiceStatus::Expired | InvoiceStatus::Invalid => {
-                if store::deposits::transition(db, &deposit.id, &[PENDING], CANCELLED, now).await? {
-                    tracing::info!(deposit_id = %deposit.id, "deposit invoice lapsed");
-                    crate::metrics::deposit_transition(PENDING, CANCELLED);
+                .await?
+                {
+                    tracing::info!(deposit_id = %deposit.id, "deposit refunded before credit");
+                    crate::metrics::deposit_transition(&deposit.status, REFUNDED);
                 }
-                Ok(())
             }
-            InvoiceStatus::New | InvoiceStatus::Processing => {
-                let lapsed = deposit.expires_at.is_some_and(|at| at <= now);
-                if lapsed && state.paid_cents == 0 {
-                    if store::deposits::transition(db, &deposit.id, &[PENDING], CANCELLED, now)
-                        .await?
-                    {
-                        crate::metrics::deposit_transition(PENDING, CANCELLED);
-                    }
+            Step::Review {
+                reason,
+                cents,
+                cancel,
+            } => {
+                if cancel {
+                    self.cancel(deposit, now).await?;
                 } else {
                     store::deposits::touch(db, &deposit.id, now).await?;
                 }
-                Ok(())
+                let detail = format!("{detail} Amount in question: {cents} cents.");
+                store::deposits::raise_review(db, deposit, reason.as_str(), &detail, now).await?;
             }
+            Step::Credit(cents) => self.credit(deposit, cents, detail, now).await?,
         }
+        Ok(())
+    }
+
+    async fn cancel(&self, deposit: &deposit::Model, now: DateTime<Utc>) -> Result<(), ApiError> {
+        if store::deposits::transition(&self.db, &deposit.id, &[PENDING], CANCELLED, now).await? {
+            tracing::info!(deposit_id = %deposit.id, "deposit invoice lapsed");
+            crate::metrics::deposit_transition(PENDING, CANCELLED);
+        } else {
+            store::deposits::touch(&self.db, &deposit.id, now).await?;
+        }
+        Ok(())
+    }
+
+    /// Credits what arrived, unless the account closed meanwhile: then a
+    /// person decides.
+    async fn credit(
+        &self,
+        deposit: &deposit::Model,
+        cents: i64,
+        detail: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), ApiError> {
+        if self.account_closed(&deposit.partner_id).await? {
+            // Touched so the reconciler moves on to other quiet deposits.
+            store::deposits::touch(&self.db, &deposit.id, now).await?;
+            let detail =
+                format!("{detail} {cents} cents paid after the account closed; not credited.");
+            return Ok(store::deposits::raise_review(
+                &self.db,
+                deposit,
+                ReviewReason::PaidOnClosedAccount.as_str(),
+                &detail,
+                now,
+            )
+            .await?);
+        }
+        self.accounts
+            .credit_deposit(&deposit.partner_id, &deposit.id, cents)
+            .await?;
+        Ok(())
     }
 
     async fn account_closed(&self, partner_id: &str) -> Result<bool, ApiError> {
@@ -260,6 +324,38 @@ impl Deposits {
             }
         }
     }
+}
+
+/// What a webhook says about itself; none of it is trusted beyond finding the deposit.
+struct WebhookHint {
+    /// `originalDeliveryId` if present (redeliveries), else `deliveryId`.
+    delivery_key: Option<String>,
+    invoice_id: String,
+    kind: String,
+    redelivery: bool,
+}
+
+impl WebhookHint {
+    fn read(event: &Value) -> Self {
+        let text = |field: &str| event[field].as_str().filter(|s| !s.is_empty());
+        Self {
+            delivery_key: text("originalDeliveryId")
+                .or_else(|| text("deliveryId"))
+                .map(str::to_owned),
+            invoice_id: text("invoiceId").unwrap_or_default().to_owned(),
+            kind: text("type").unwrap_or_default().to_owned(),
+            redelivery: event["isRedelivery"].as_bool().unwrap_or(false),
+        }
+    }
+}
+
+fn deposit_status(deposit: &deposit::Model) -> Result<DepositStatus, ApiError> {
+    DepositStatus::parse(&deposit.status).ok_or_else(|| {
+        ApiError::internal(format!(
+            "deposit {} has an unknown status {}",
+            deposit.id, deposit.status
+        ))
+    })
 }
 
 fn unavailable(error: &PaymentError) -> ApiError {

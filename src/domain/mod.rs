@@ -3,6 +3,7 @@
 
 pub mod api_key;
 pub mod cursor;
+pub mod deposit;
 pub mod esim;
 pub mod idempotency;
 pub mod ids;

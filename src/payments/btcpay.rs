@@ -1,26 +1,43 @@
 //! BTCPay Server Greenfield API adapter and webhook verification.
 //!
+//! What is called, and the shapes read (field names and meanings from
+//! btcpayserver's own `BTCPayServer.Client/Models`; recorded payloads in
+//! `tests/fixtures/btcpay/`):
+//!
 //! - `POST /api/v1/stores/{storeId}/invoices` `{amount, currency: "USD",
 //!   metadata: {orderId: <deposit id>}, checkout: {expirationMinutes}}`
-//!   → `{id, checkoutLink, expirationTime, status}`
-//! - `GET /api/v1/stores/{storeId}/invoices/{id}` → `{status, additionalStatus, ...}`
-//! - `GET /api/v1/stores/{storeId}/invoices/{id}/payment-methods` → `[{totalPaid}]`
-//!   (in the invoice currency)
+//!   → `InvoiceData` `{id, checkoutLink, expirationTime, ...}`.
+//! - `GET /api/v1/stores/{storeId}/invoices/{id}` → `InvoiceData`: `status`,
+//!   `additionalStatus`, and on current servers `paidAmount`, what arrived in
+//!   the invoice currency.
+//! - `GET /api/v1/stores/{storeId}/invoices/{id}/payment-methods` →
+//!   `[InvoicePaymentMethodDataModel]`. Its amounts are in the method's own
+//!   currency (BTC), `rate` converts to the invoice currency, and `totalPaid`
+//!   is already the total over every method: the invoice-currency amount is
+//!   one method's `totalPaid × rate`, never a sum across methods. Each
+//!   method lists its `payments`, whose `status` (`Processing|Settled|Invalid`)
+//!   says whether money is still confirming.
+//! - `GET /api/v1/pull-payments/{pullPaymentId}` → `PullPaymentData`: a refund
+//!   is a pull payment the store creates for an invoice (`POST
+//!   .../invoices/{id}/refund`), announced by the `InvoiceRefund` webhook.
+//! - Errors: 422 is an array of `{path, message}`, anything else `{code, message}`.
 //! - Webhooks carry `BTCPay-Sig: sha256=<hex HMAC-SHA256(secret, raw body)>`.
 //!
-//! Amounts cross the wire as decimal strings of dollars and are converted to
-//! integer cents exactly (no floating point).
+//! Amounts cross the wire as decimal strings and are converted to integer
+//! cents exactly (decimal arithmetic, never floating point).
 
-use std::time::Duration;
+use std::{str::FromStr, time::Duration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
+use rust_decimal::{Decimal, RoundingStrategy};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use super::{InvoiceState, InvoiceStatus, OpenedInvoice, PaymentError, PaymentProvider};
+use super::{OpenedInvoice, PaymentError, PaymentProvider, RefundPullPayment};
+use crate::domain::deposit::{AdditionalStatus, InvoiceReading, InvoiceStatus};
 
 /// The Greenfield client.
 pub struct BtcPayClient {
@@ -62,16 +79,127 @@ impl BtcPayClient {
                 message: e.to_string(),
             })?;
         let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let text = response.text().await.unwrap_or_default();
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if status.is_success() {
-            Ok(body)
-        } else {
-            Err(PaymentError::Refused {
-                retryable: status.is_server_error() || status.as_u16() == 429,
-                message: format!("HTTP {status}: {}", body["message"].as_str().unwrap_or("")),
-            })
+            return Ok(body);
         }
+        Err(PaymentError::Refused {
+            retryable: status.is_server_error() || status.as_u16() == 429,
+            message: format!("HTTP {}: {}", status.as_u16(), describe_error(&body)),
+        })
     }
+}
+
+/// Names a Greenfield error body: a validation array of `{path, message}`
+/// or an API error `{code, message}`.
+pub fn describe_error(body: &Value) -> String {
+    match body {
+        Value::Array(problems) => {
+            let named: Vec<String> = problems
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}: {}",
+                        p["path"].as_str().unwrap_or("?"),
+                        p["message"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            format!("validation failed ({})", named.join("; "))
+        }
+        Value::Object(_) => format!(
+            "{} ({})",
+            body["code"].as_str().unwrap_or("generic-error"),
+            body["message"].as_str().unwrap_or("")
+        ),
+        _ => "no readable error body".to_owned(),
+    }
+}
+
+/// Reads an invoice and its payment methods into what the state table needs.
+pub fn read_invoice(invoice: &Value, methods: &Value) -> Result<InvoiceReading, String> {
+    let status = invoice["status"]
+        .as_str()
+        .and_then(InvoiceStatus::parse)
+        .ok_or_else(|| format!("unknown invoice status {}", invoice["status"]))?;
+    let additional = match invoice["additionalStatus"].as_str() {
+        None => AdditionalStatus::None,
+        Some(text) => AdditionalStatus::parse(text)
+            .ok_or_else(|| format!("unknown additionalStatus {text}"))?,
+    };
+    let methods = methods.as_array().map(Vec::as_slice).unwrap_or_default();
+    let received_cents = match invoice["paidAmount"].as_str() {
+        Some(paid) => {
+            decimal_to_cents_rounded(paid).ok_or_else(|| format!("unreadable paidAmount {paid}"))?
+        }
+        None => received_from_methods(methods)?,
+    };
+    let confirming = methods.iter().any(|method| {
+        method["payments"]
+            .as_array()
+            .is_some_and(|payments| payments.iter().any(|p| p["status"] == "Processing"))
+    });
+    Ok(InvoiceReading {
+        status,
+        additional,
+        received_cents,
+        confirming,
+    })
+}
+
+/// What arrived, in the invoice currency, from the payment methods: one
+/// method's `totalPaid` (already the total over all methods) times its
+/// `rate`. Methods not activated, or without a rate, cannot convert.
+fn received_from_methods(methods: &[Value]) -> Result<i64, String> {
+    let Some(method) = methods.iter().find(|m| {
+        m["rate"]
+            .as_str()
+            .and_then(|r| Decimal::from_str(r).ok())
+            .is_some_and(|r| r > Decimal::ZERO)
+    }) else {
+        return Ok(0);
+    };
+    let read = |field: &str| {
+        method[field]
+            .as_str()
+            .and_then(|t| Decimal::from_str(t.trim()).ok())
+            .ok_or_else(|| format!("unreadable {field} {}", method[field]))
+    };
+    let paid = read("totalPaid")?.checked_mul(read("rate")?);
+    paid.and_then(decimal_cents)
+        .ok_or_else(|| "paid amount out of range".to_owned())
+}
+
+/// A decimal amount of dollars to cents, rounded half to even as the
+/// provider rounds its own `paidAmount`.
+fn decimal_to_cents_rounded(text: &str) -> Option<i64> {
+    Decimal::from_str(text.trim()).ok().and_then(decimal_cents)
+}
+
+fn decimal_cents(amount: Decimal) -> Option<i64> {
+    let cents = amount
+        .round_dp_with_strategy(2, RoundingStrategy::MidpointNearestEven)
+        .checked_mul(Decimal::ONE_HUNDRED)?;
+    i64::try_from(cents.trunc()).ok()
+}
+
+/// Reads a refund pull payment.
+pub fn read_pull_payment(body: &Value) -> Result<RefundPullPayment, String> {
+    let id = body["id"].as_str().ok_or("pull payment without id")?;
+    let currency = body["currency"].as_str().unwrap_or("").to_owned();
+    let amount = body["amount"].as_str().unwrap_or("0").to_owned();
+    let usd_cents = if currency == "USD" {
+        decimal_to_cents_rounded(&amount)
+    } else {
+        None
+    };
+    Ok(RefundPullPayment {
+        id: id.to_owned(),
+        amount,
+        currency,
+        usd_cents,
+    })
 }
 
 #[async_trait]
@@ -111,33 +239,24 @@ impl PaymentProvider for BtcPayClient {
         })
     }
 
-    async fn invoice_state(&self, invoice_id: &str) -> Result<InvoiceState, PaymentError> {
+    async fn invoice_state(&self, invoice_id: &str) -> Result<InvoiceReading, PaymentError> {
         let url = format!("{}/{invoice_id}", self.invoices_url());
         let invoice = self.send(self.http.get(&url)).await?;
         let methods = self
             .send(self.http.get(format!("{url}/payment-methods")))
             .await?;
-        let paid_cents = methods
-            .as_array()
-            .map(|list| {
-                list.iter()
-                    .filter_map(|m| m["totalPaid"].as_str().and_then(decimal_to_cents))
-                    .sum()
-            })
-            .unwrap_or(0);
-        let status = match invoice["status"].as_str().unwrap_or("New") {
-            "Processing" => InvoiceStatus::Processing,
-            "Settled" => InvoiceStatus::Settled,
-            "Expired" => InvoiceStatus::Expired,
-            "Invalid" => InvoiceStatus::Invalid,
-            _ => InvoiceStatus::New,
-        };
-        let additional = invoice["additionalStatus"].as_str().unwrap_or("None");
-        Ok(InvoiceState {
-            status,
-            paid_cents,
-            paid_late: additional == "PaidLate",
-            refunded: invoice["refunded"].as_bool().unwrap_or(false) || additional == "Refunded",
+        read_invoice(&invoice, &methods).map_err(|message| PaymentError::Refused {
+            retryable: true,
+            message: format!("invoice {invoice_id}: {message}"),
+        })
+    }
+
+    async fn refund(&self, pull_payment_id: &str) -> Result<RefundPullPayment, PaymentError> {
+        let url = format!("{}/api/v1/pull-payments/{pull_payment_id}", self.base_url);
+        let body = self.send(self.http.get(url)).await?;
+        read_pull_payment(&body).map_err(|message| PaymentError::Refused {
+            retryable: true,
+            message,
         })
     }
 }
@@ -247,6 +366,95 @@ mod tests {
         assert_eq!(decimal_to_cents("-92233720368547758.09"), None);
         assert_eq!(decimal_to_cents("-0.05"), Some(-5));
         assert_eq!(decimal_to_cents("-0"), Some(0));
+    }
+
+    fn fixture(name: &str) -> Value {
+        let path = format!(
+            "{}/tests/fixtures/btcpay/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_paid_over_invoice_reads_the_invoice_level_paid_amount() {
+        let reading = read_invoice(
+            &fixture("invoice_settled_paid_over.json"),
+            &fixture("payment_methods_chain_and_lightning.json"),
+        )
+        .unwrap();
+        assert_eq!(reading.status, InvoiceStatus::Settled);
+        assert_eq!(reading.additional, AdditionalStatus::PaidOver);
+        assert_eq!(reading.received_cents, 51_234);
+    }
+
+    #[test]
+    fn without_paid_amount_one_methods_total_times_its_rate_is_what_arrived() {
+        // 0.00311154 BTC (on-chain 0.00207436 + Lightning 0.00103718, the
+        // total each method reports) × 96414.37 USD/BTC = 299.997… → 300.00.
+        // Summing `totalPaid` over both methods would read 600.00.
+        let reading = read_invoice(
+            &fixture("invoice_expired_paid_partial_no_paid_amount.json"),
+            &fixture("payment_methods_chain_and_lightning.json"),
+        )
+        .unwrap();
+        assert_eq!(reading.status, InvoiceStatus::Expired);
+        assert_eq!(reading.additional, AdditionalStatus::PaidPartial);
+        assert_eq!(reading.received_cents, 30_000);
+        assert!(
+            reading.confirming,
+            "the Lightning payment is still Processing"
+        );
+    }
+
+    #[test]
+    fn an_invoice_with_an_unknown_status_is_not_guessed() {
+        let mut invoice = fixture("invoice_settled_paid_over.json");
+        invoice["status"] = json!("Complete");
+        assert!(read_invoice(&invoice, &json!([])).is_err());
+        let mut invoice = fixture("invoice_settled_paid_over.json");
+        invoice["additionalStatus"] = json!("Refunded");
+        assert!(read_invoice(&invoice, &json!([])).is_err());
+    }
+
+    #[test]
+    fn both_error_shapes_are_named() {
+        assert_eq!(
+            describe_error(&fixture("error_validation_422.json")),
+            "validation failed (amount: The amount should be 0 or more.; checkout.expirationMinutes: expirationMinutes must be greater than 0)"
+        );
+        assert_eq!(
+            describe_error(&fixture("error_invoice_not_found_404.json")),
+            "invoice-not-found (The invoice was not found)"
+        );
+        assert_eq!(describe_error(&Value::Null), "no readable error body");
+    }
+
+    #[test]
+    fn a_refund_pull_payment_is_read_in_its_own_currency() {
+        let refund = read_pull_payment(&fixture("pull_payment.json")).unwrap();
+        assert_eq!(refund.id, "3vL8mN2bQ5rT7wY9zA1cE4");
+        assert_eq!(refund.currency, "BTC");
+        assert_eq!(refund.amount, "0.00531392");
+        assert_eq!(refund.usd_cents, None);
+    }
+
+    #[test]
+    fn recorded_webhooks_verify_under_their_signature() {
+        for name in [
+            "webhook_invoice_settled.json",
+            "webhook_invoice_settled_redelivery.json",
+            "webhook_invoice_received_payment_late.json",
+            "webhook_invoice_refund.json",
+        ] {
+            let path = format!(
+                "{}/tests/fixtures/btcpay/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let body = std::fs::read(path).unwrap();
+            let sig = signature("whsec", &body);
+            assert!(verify("whsec", &body, Some(&sig)), "{name}");
+        }
     }
 
     proptest! {

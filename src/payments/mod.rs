@@ -20,31 +20,20 @@ pub struct OpenedInvoice {
     pub expires_at: DateTime<Utc>,
 }
 
-/// The provider's view of an invoice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InvoiceStatus {
-    /// Open, nothing or not enough paid.
-    New,
-    /// Payments seen, not final.
-    Processing,
-    /// Final: what was paid is what it is.
-    Settled,
-    /// Lapsed.
-    Expired,
-    /// Invalidated.
-    Invalid,
-}
+pub use crate::domain::deposit::{AdditionalStatus, InvoiceReading, InvoiceStatus};
 
-/// What the provider says about an invoice now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InvoiceState {
-    pub status: InvoiceStatus,
-    /// Paid so far, in US cents.
-    pub paid_cents: i64,
-    /// The payment was paid late (broadcast before the lapse, confirmed after).
-    pub paid_late: bool,
-    /// What was received has been refunded.
-    pub refunded: bool,
+/// A refund the store created for an invoice: in Greenfield, a pull payment
+/// the payer claims. Read back through the API before it changes a deposit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundPullPayment {
+    /// The pull payment's id.
+    pub id: String,
+    /// Its amount, a decimal in `currency`.
+    pub amount: String,
+    /// `BTC` for refunds at the rate of the day or then, `USD` for fiat ones.
+    pub currency: String,
+    /// The amount in US cents when `currency` is `USD`.
+    pub usd_cents: Option<i64>,
 }
 
 /// Why the provider could not be used.
@@ -69,5 +58,7 @@ pub trait PaymentProvider: Send + Sync {
         minutes: u32,
     ) -> Result<OpenedInvoice, PaymentError>;
     /// The invoice's state now.
-    async fn invoice_state(&self, invoice_id: &str) -> Result<InvoiceState, PaymentError>;
+    async fn invoice_state(&self, invoice_id: &str) -> Result<InvoiceReading, PaymentError>;
+    /// A refund pull payment, read back by its id.
+    async fn refund(&self, pull_payment_id: &str) -> Result<RefundPullPayment, PaymentError>;
 }

@@ -1,10 +1,24 @@
-//! A simulated BTCPay Server: the Greenfield invoice routes `payments::btcpay`
-//! calls, a hosted payment page, and a control route that changes an invoice
-//! and sends the same signed webhook the real server would.
+//! A simulated BTCPay Server: the Greenfield routes `payments::btcpay` calls,
+//! answering the shapes of btcpayserver's own `BTCPayServer.Client/Models`
+//! (recorded in `tests/fixtures/btcpay/`), a hosted payment page, and a control
+//! route that pays, expires, marks or refunds an invoice and sends the signed
+//! webhook the real server would.
+//!
+//! Invoices move as BTCPay's `InvoiceWatcher` moves them: enough paid turns
+//! `New` into `Processing`, confirmed payments settle it, an invoice that
+//! lapses stays `Expired` even when paid afterwards (`PaidLate`), and a store
+//! marks an invoice `Settled` or `Invalid` by hand (`Marked`). Payments are
+//! made in BTC, on chain (`BTC-CHAIN`) or over Lightning (`BTC-LN`), at one
+//! fixed rate; both methods report the same `totalPaid`, the total over all
+//! methods, as Greenfield does.
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    str::FromStr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use axum::{
@@ -15,10 +29,41 @@ use axum::{
     routing::{get, post},
 };
 use chrono::{DateTime, Utc};
+use rust_decimal::{Decimal, RoundingStrategy};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::payments::btcpay::{cents_to_decimal, decimal_to_cents, signature};
+
+/// USD per BTC of every simulated payment.
+const RATE: &str = "96414.37";
+/// How long a lapsed invoice is still watched for payments (BTCPay's default).
+const MONITORING_MINUTES: i64 = 1440;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PaymentStatus {
+    Processing,
+    Settled,
+}
+
+#[derive(Debug, Clone)]
+struct Payment {
+    id: String,
+    /// `BTC-CHAIN` or `BTC-LN`.
+    method: &'static str,
+    /// In BTC.
+    value: Decimal,
+    status: PaymentStatus,
+    received: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+struct PullPayment {
+    id: String,
+    /// In BTC (a refund at the rate of the payment).
+    amount: Decimal,
+    created: DateTime<Utc>,
+}
 
 #[derive(Debug, Clone)]
 struct Invoice {
@@ -27,9 +72,97 @@ struct Invoice {
     amount_cents: i64,
     status: &'static str,
     additional_status: &'static str,
-    paid_cents: i64,
-    refunded: bool,
+    payments: Vec<Payment>,
+    refunds: Vec<PullPayment>,
+    created: DateTime<Utc>,
     expires_at: DateTime<Utc>,
+}
+
+impl Invoice {
+    fn rate() -> Decimal {
+        Decimal::from_str(RATE).unwrap_or(Decimal::ONE)
+    }
+
+    fn paid_btc(&self) -> Decimal {
+        self.payments.iter().map(|p| p.value).sum()
+    }
+
+    /// What arrived, in USD cents, rounded as BTCPay rounds `paidAmount`.
+    fn paid_cents(&self) -> i64 {
+        btc_to_cents(self.paid_btc())
+    }
+
+    fn due_btc(&self) -> Decimal {
+        usd_cents_to_btc(self.amount_cents)
+    }
+
+    fn confirming(&self) -> bool {
+        self.payments
+            .iter()
+            .any(|p| p.status == PaymentStatus::Processing)
+    }
+
+    /// `InvoiceWatcher.UpdateInvoice`, for the cases the simulator makes.
+    fn update(&mut self) {
+        let paid = self.paid_cents();
+        let has_payment = !self.payments.is_empty();
+        let underpaid = paid < self.amount_cents;
+        match self.status {
+            "New" if !underpaid => {
+                self.status = "Processing";
+                self.additional_status = if paid > self.amount_cents {
+                    "PaidOver"
+                } else {
+                    "None"
+                };
+            }
+            "New" | "Expired" if has_payment && underpaid => self.additional_status = "PaidPartial",
+            "Expired" if !underpaid => self.additional_status = "PaidLate",
+            _ => {}
+        }
+        if self.status == "Processing" && !self.confirming() {
+            self.status = "Settled";
+        }
+    }
+
+    fn expire(&mut self) {
+        if self.status == "New" {
+            self.status = "Expired";
+            self.expires_at = self.expires_at.min(Utc::now());
+        }
+    }
+
+    fn pay(&mut self, cents: i64, method: &'static str, confirmed: bool) -> Payment {
+        let payment = Payment {
+            id: format!("{}-{}", uuid::Uuid::new_v4().simple(), self.payments.len()),
+            method,
+            value: usd_cents_to_btc(cents),
+            status: if confirmed {
+                PaymentStatus::Settled
+            } else {
+                PaymentStatus::Processing
+            },
+            received: Utc::now(),
+        };
+        self.payments.push(payment.clone());
+        self.update();
+        payment
+    }
+}
+
+fn usd_cents_to_btc(cents: i64) -> Decimal {
+    (Decimal::from(cents) / Decimal::ONE_HUNDRED / Invoice::rate())
+        .round_dp_with_strategy(8, RoundingStrategy::MidpointNearestEven)
+}
+
+fn btc_to_cents(btc: Decimal) -> i64 {
+    let usd =
+        (btc * Invoice::rate()).round_dp_with_strategy(2, RoundingStrategy::MidpointNearestEven);
+    i64::try_from((usd * Decimal::ONE_HUNDRED).trunc()).unwrap_or(i64::MAX)
+}
+
+fn btc(value: Decimal) -> String {
+    format!("{:.8}", value)
 }
 
 /// Shared simulator state.
@@ -39,7 +172,10 @@ pub struct PaymentsSim {
     /// Where webhooks go: the service's public `/callbacks/btcpay`.
     callback_url: Mutex<Option<String>>,
     invoices: Mutex<HashMap<String, Invoice>>,
+    /// The last webhook sent per deposit, and the id of its first delivery.
     last_webhook: Mutex<HashMap<String, Value>>,
+    /// Whether invoices report `paidAmount` (servers before the field did not).
+    report_paid_amount: AtomicBool,
     http: reqwest::Client,
 }
 
@@ -51,6 +187,7 @@ impl PaymentsSim {
             callback_url: Mutex::new(None),
             invoices: Mutex::new(HashMap::new()),
             last_webhook: Mutex::new(HashMap::new()),
+            report_paid_amount: AtomicBool::new(true),
             http: reqwest::Client::new(),
         })
     }
@@ -79,9 +216,41 @@ pub fn routes(sim: Arc<PaymentsSim>) -> Router {
             "/api/v1/stores/{store}/invoices/{id}/payment-methods",
             get(payment_methods),
         )
+        .route("/api/v1/pull-payments/{id}", get(get_pull_payment))
         .route("/sim/payments/i/{id}", get(checkout_page))
         .route("/sim/payments/deposits/{dep_id}/events", post(event))
+        .route("/sim/payments/settings", post(settings))
         .with_state(sim)
+}
+
+/// `GreenfieldAPIError`.
+fn api_error(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, Json(json!({ "code": code, "message": message }))).into_response()
+}
+
+/// `GreenfieldValidationError[]`, answered with 422.
+fn validation_error(path: &str, message: &str) -> Response {
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Json(json!([{ "path": path, "message": message }])),
+    )
+        .into_response()
+}
+
+fn unauthenticated() -> Response {
+    api_error(
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+        "Authentication is required for accessing this endpoint",
+    )
+}
+
+fn host_of(headers: &HeaderMap) -> String {
+    headers
+        .get("host")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("127.0.0.1")
+        .to_owned()
 }
 
 async fn create_invoice(
@@ -91,22 +260,24 @@ async fn create_invoice(
     Json(body): Json<Value>,
 ) -> Response {
     if !sim.authorized(&headers) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            Json(json!({ "code": "unauthenticated", "message": "bad API key" })),
-        )
-            .into_response();
+        return unauthenticated();
     }
     let Some(amount_cents) = body["amount"].as_str().and_then(decimal_to_cents) else {
-        return (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Json(json!({ "message": "amount is required" })),
-        )
-            .into_response();
+        return validation_error("amount", "The amount should be 0 or more.");
     };
+    if amount_cents < 0 {
+        return validation_error("amount", "The amount should be 0 or more.");
+    }
     let minutes = body["checkout"]["expirationMinutes"].as_i64().unwrap_or(60);
+    if minutes <= 0 {
+        return validation_error(
+            "checkout.expirationMinutes",
+            "expirationMinutes must be greater than 0",
+        );
+    }
+    let now = Utc::now();
     let invoice = Invoice {
-        id: format!("inv{}", uuid::Uuid::new_v4().simple()),
+        id: uuid::Uuid::new_v4().simple().to_string()[..22].to_owned(),
         order_id: body["metadata"]["orderId"]
             .as_str()
             .unwrap_or_default()
@@ -114,32 +285,83 @@ async fn create_invoice(
         amount_cents,
         status: "New",
         additional_status: "None",
-        paid_cents: 0,
-        refunded: false,
-        expires_at: Utc::now() + chrono::Duration::minutes(minutes),
+        payments: Vec::new(),
+        refunds: Vec::new(),
+        created: now,
+        expires_at: now + chrono::Duration::minutes(minutes),
     };
-    let host = headers
-        .get("host")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("127.0.0.1")
-        .to_owned();
-    let answer = invoice_json(&invoice, &host);
+    let answer = invoice_json(&invoice, &host_of(&headers), true);
     lock(&sim.invoices).insert(invoice.id.clone(), invoice);
     Json(answer).into_response()
 }
 
-fn invoice_json(invoice: &Invoice, host: &str) -> Value {
-    json!({
+/// `InvoiceData`.
+fn invoice_json(invoice: &Invoice, host: &str, with_paid_amount: bool) -> Value {
+    let mut answer = json!({
         "id": invoice.id,
+        "storeId": "sim-store",
+        "amount": cents_to_decimal(invoice.amount_cents),
         "checkoutLink": format!("http://{host}/sim/payments/i/{}", invoice.id),
         "status": invoice.status,
         "additionalStatus": invoice.additional_status,
-        "amount": cents_to_decimal(invoice.amount_cents),
+        "monitoringExpiration": (invoice.expires_at + chrono::Duration::minutes(MONITORING_MINUTES)).timestamp(),
+        "expirationTime": invoice.expires_at.timestamp(),
+        "createdTime": invoice.created.timestamp(),
+        "availableStatusesForManualMarking": [],
+        "archived": false,
+        "type": "Standard",
         "currency": "USD",
         "metadata": { "orderId": invoice.order_id },
-        "expirationTime": invoice.expires_at.timestamp(),
-        "refunded": invoice.refunded,
-    })
+        "checkout": {
+            "speedPolicy": "MediumSpeed",
+            "paymentMethods": ["BTC-CHAIN", "BTC-LN"],
+            "expirationMinutes": (invoice.expires_at - invoice.created).num_minutes(),
+            "monitoringMinutes": MONITORING_MINUTES,
+            "paymentTolerance": 0.0
+        },
+    });
+    if with_paid_amount {
+        answer["paidAmount"] = json!(cents_to_decimal(invoice.paid_cents()));
+    }
+    answer
+}
+
+/// `InvoicePaymentMethodDataModel[]`: amounts in BTC, `totalPaid` the total
+/// over all methods, each method listing its own payments.
+fn payment_methods_json(invoice: &Invoice) -> Value {
+    let total_paid = invoice.paid_btc();
+    let due = invoice.due_btc();
+    let methods: Vec<Value> = ["BTC-CHAIN", "BTC-LN"]
+        .into_iter()
+        .map(|method| {
+            let payments: Vec<&Payment> =
+                invoice.payments.iter().filter(|p| p.method == method).collect();
+            let method_paid: Decimal = payments.iter().map(|p| p.value).sum();
+            json!({
+                "activated": true,
+                "destination": if method == "BTC-CHAIN" { "bcrt1qsimulatedaddress0000000000000000000" } else { "lnbcrt1simulatedinvoice" },
+                "paymentLink": "",
+                "rate": RATE,
+                "paymentMethodPaid": btc(method_paid),
+                "totalPaid": btc(total_paid),
+                "due": btc(due - total_paid),
+                "amount": btc(due),
+                "paymentMethodFee": "0.00000000",
+                "payments": payments.iter().map(|p| json!({
+                    "id": p.id,
+                    "receivedDate": p.received.timestamp(),
+                    "value": btc(p.value),
+                    "fee": "0.00000000",
+                    "status": match p.status { PaymentStatus::Processing => "Processing", PaymentStatus::Settled => "Settled" },
+                    "destination": "",
+                })).collect::<Vec<_>>(),
+                "paymentMethodId": method,
+                "additionalData": {},
+                "currency": "BTC",
+            })
+        })
+        .collect();
+    Value::Array(methods)
 }
 
 async fn get_invoice(
@@ -148,21 +370,23 @@ async fn get_invoice(
     headers: HeaderMap,
 ) -> Response {
     if !sim.authorized(&headers) {
-        return StatusCode::UNAUTHORIZED.into_response();
+        return unauthenticated();
     }
-    let host = headers
-        .get("host")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("127.0.0.1")
-        .to_owned();
+    let with_paid_amount = sim.report_paid_amount.load(Ordering::Relaxed);
     match lock(&sim.invoices).get(&id) {
-        Some(invoice) => Json(invoice_json(invoice, &host)).into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            Json(json!({ "code": "invoice-not-found" })),
-        )
-            .into_response(),
+        Some(invoice) => {
+            Json(invoice_json(invoice, &host_of(&headers), with_paid_amount)).into_response()
+        }
+        None => invoice_not_found(),
     }
+}
+
+fn invoice_not_found() -> Response {
+    api_error(
+        StatusCode::NOT_FOUND,
+        "invoice-not-found",
+        "The invoice was not found",
+    )
 }
 
 async fn payment_methods(
@@ -171,11 +395,40 @@ async fn payment_methods(
     headers: HeaderMap,
 ) -> Response {
     if !sim.authorized(&headers) {
-        return StatusCode::UNAUTHORIZED.into_response();
+        return unauthenticated();
     }
     match lock(&sim.invoices).get(&id) {
-        Some(invoice) => Json(json!([{ "paymentMethodId": "BTC-CHAIN", "totalPaid": cents_to_decimal(invoice.paid_cents), "amount": cents_to_decimal(invoice.amount_cents) }])).into_response(),
-        None => StatusCode::NOT_FOUND.into_response(),
+        Some(invoice) => Json(payment_methods_json(invoice)).into_response(),
+        None => invoice_not_found(),
+    }
+}
+
+async fn get_pull_payment(State(sim): State<Arc<PaymentsSim>>, Path(id): Path<String>) -> Response {
+    let invoices = lock(&sim.invoices);
+    let found = invoices
+        .values()
+        .flat_map(|i| i.refunds.iter().map(move |r| (i, r)))
+        .find(|(_, r)| r.id == id);
+    match found {
+        Some((invoice, refund)) => Json(json!({
+            "startsAt": refund.created.timestamp(),
+            "expiresAt": null,
+            "id": refund.id,
+            "name": format!("Refund {}", invoice.id),
+            "description": null,
+            "currency": "BTC",
+            "amount": btc(refund.amount),
+            "BOLT11Expiration": 30,
+            "archived": false,
+            "viewLink": format!("/sim/payments/pull-payments/{}", refund.id),
+            "autoApproveClaims": true,
+        }))
+        .into_response(),
+        None => api_error(
+            StatusCode::NOT_FOUND,
+            "pullpayment-not-found",
+            "The pull payment was not found",
+        ),
     }
 }
 
@@ -183,13 +436,15 @@ async fn checkout_page(State(sim): State<Arc<PaymentsSim>>, Path(id): Path<Strin
     match lock(&sim.invoices).get(&id) {
         Some(invoice) => Html(format!(
             "<!doctype html><html><head><meta charset=\"utf-8\"><title>Pay invoice {id}</title></head><body>\
-             <h1>Simulated crypto checkout</h1><p>Invoice <code>{id}</code> for deposit <code>{order}</code>: ${amount} USD.</p>\
-             <p>Status: {status}. Paid so far: ${paid}. Expires {expires}.</p></body></html>",
+             <h1>Simulated crypto checkout</h1><p>Invoice <code>{id}</code> for deposit <code>{order}</code>: ${amount} USD ({due} BTC at {RATE}).</p>\
+             <p>Status: {status}/{additional}. Paid so far: ${paid}. Expires {expires}.</p></body></html>",
             id = invoice.id,
             order = invoice.order_id,
             amount = cents_to_decimal(invoice.amount_cents),
+            due = btc(invoice.due_btc()),
             status = invoice.status,
-            paid = cents_to_decimal(invoice.paid_cents),
+            additional = invoice.additional_status,
+            paid = cents_to_decimal(invoice.paid_cents()),
             expires = invoice.expires_at.to_rfc3339(),
         ))
         .into_response(),
@@ -197,14 +452,49 @@ async fn checkout_page(State(sim): State<Arc<PaymentsSim>>, Path(id): Path<Strin
     }
 }
 
+/// Body of `POST /sim/payments/settings`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimSettings {
+    /// Whether invoices report `paidAmount`; `false` answers as a server
+    /// older than that field, leaving only the payment methods to read.
+    report_paid_amount: bool,
+}
+
+async fn settings(
+    State(sim): State<Arc<PaymentsSim>>,
+    Json(body): Json<SimSettings>,
+) -> Json<Value> {
+    sim.report_paid_amount
+        .store(body.report_paid_amount, Ordering::Relaxed);
+    Json(json!({ "report_paid_amount": body.report_paid_amount }))
+}
+
 /// Body of the control route.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SimEvent {
-    /// `paid`, `partial`, `zero`, `expire`, `paid_late`, `refund`, or `redeliver` (send the last webhook again).
+    /// What happens to the invoice:
+    /// - `partial`: a confirmed payment of `amount_cents`; the invoice stays open;
+    /// - `paid`: a confirmed payment of `amount_cents` that makes the invoice
+    ///   final: settled (over-paid if more than due), or, if it is still short,
+    ///   marked settled by the store;
+    /// - `unconfirmed`: a payment still confirming (settled by `confirm`);
+    /// - `confirm`: every payment confirms;
+    /// - `paid_late`: the invoice lapses (if it had not), then a confirmed
+    ///   payment arrives (`Expired`/`PaidLate`, or `PaidPartial` if short);
+    /// - `expire`: the invoice lapses;
+    /// - `zero`: the store marks the invoice settled with nothing paid;
+    /// - `invalid`: the payments failed to confirm in time;
+    /// - `mark_invalid`: the store marks the invoice invalid;
+    /// - `refund`: the store creates a refund pull payment of what was paid;
+    /// - `redeliver`: the last webhook is delivered again.
     event: String,
     #[serde(default)]
     amount_cents: i64,
+    /// `chain` (default) or `lightning`.
+    #[serde(default)]
+    method: Option<String>,
 }
 
 async fn event(
@@ -213,19 +503,19 @@ async fn event(
     Json(body): Json<SimEvent>,
 ) -> Response {
     if body.event == "redeliver" {
-        let last = lock(&sim.last_webhook).get(&dep_id).cloned();
-        return match last {
-            Some(mut payload) => {
-                payload["isRedelivery"] = json!(true);
-                deliver(&sim, payload).await
-            }
-            None => (
-                StatusCode::NOT_FOUND,
-                Json(json!({ "message": "nothing delivered yet" })),
-            )
-                .into_response(),
-        };
+        return redeliver(&sim, &dep_id).await;
     }
+    let method = match body.method.as_deref() {
+        None | Some("chain") => "BTC-CHAIN",
+        Some("lightning") => "BTC-LN",
+        Some(_) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({ "message": "method is chain or lightning" })),
+            )
+                .into_response();
+        }
+    };
     let update = {
         let mut invoices = lock(&sim.invoices);
         let Some(invoice) = invoices.values_mut().find(|i| i.order_id == dep_id) else {
@@ -235,59 +525,166 @@ async fn event(
             )
                 .into_response();
         };
-        let kind = match body.event.as_str() {
-            "partial" => {
-                invoice.paid_cents += body.amount_cents;
-                invoice.status = "Processing";
-                invoice.additional_status = "PaidPartial";
-                "InvoiceReceivedPayment"
-            }
-            "paid" | "paid_late" => {
-                invoice.paid_cents += body.amount_cents;
-                invoice.status = "Settled";
-                invoice.additional_status = if body.event == "paid_late" {
-                    "PaidLate"
-                } else if invoice.paid_cents > invoice.amount_cents {
-                    "PaidOver"
-                } else {
-                    "None"
-                };
-                "InvoiceSettled"
-            }
-            "zero" => {
-                invoice.status = "Settled";
-                "InvoiceSettled"
-            }
-            "expire" => {
-                invoice.status = "Expired";
-                "InvoiceExpired"
-            }
-            "refund" => {
-                invoice.refunded = true;
-                "InvoiceRefunded"
-            }
-            _ => {
+        match apply_event(invoice, &body.event, body.amount_cents, method) {
+            Some(payload) => payload,
+            None => {
                 return (
                     StatusCode::BAD_REQUEST,
                     Json(json!({ "message": "unknown event" })),
                 )
                     .into_response();
             }
-        };
-        json!({
-            "deliveryId": format!("dlv{}", uuid::Uuid::new_v4().simple()),
-            "webhookId": "sim-webhook",
-            "originalDeliveryId": null,
-            "isRedelivery": false,
-            "type": kind,
-            "timestamp": Utc::now().timestamp(),
-            "storeId": "sim-store",
-            "invoiceId": invoice.id,
-            "metadata": { "orderId": invoice.order_id },
-        })
+        }
     };
     lock(&sim.last_webhook).insert(dep_id, update.clone());
     deliver(&sim, update).await
+}
+
+/// Changes the invoice and builds the webhook BTCPay would send for it.
+fn apply_event(
+    invoice: &mut Invoice,
+    event: &str,
+    cents: i64,
+    method: &'static str,
+) -> Option<Value> {
+    let (kind, extra) = match event {
+        "partial" | "unconfirmed" => {
+            let payment = invoice.pay(cents, method, event == "partial");
+            received_payment(invoice, &payment, false)
+        }
+        "paid" => {
+            invoice.pay(cents, method, true);
+            if invoice.status == "New" {
+                // Still short: the store settles it by hand.
+                invoice.status = "Settled";
+                invoice.additional_status = "Marked";
+                (
+                    "InvoiceSettled",
+                    json!({ "manuallyMarked": true, "overPaid": false }),
+                )
+            } else {
+                settled(invoice)
+            }
+        }
+        "confirm" => {
+            for payment in &mut invoice.payments {
+                payment.status = PaymentStatus::Settled;
+            }
+            invoice.update();
+            if invoice.status == "Settled" {
+                settled(invoice)
+            } else {
+                (
+                    "InvoicePaymentSettled",
+                    json!({ "afterExpiration": invoice.status == "Expired", "paymentMethodId": method }),
+                )
+            }
+        }
+        "paid_late" => {
+            invoice.expire();
+            let payment = invoice.pay(cents, method, true);
+            received_payment(invoice, &payment, true)
+        }
+        "expire" => {
+            invoice.expire();
+            let partially = invoice.additional_status == "PaidPartial";
+            ("InvoiceExpired", json!({ "partiallyPaid": partially }))
+        }
+        "zero" => {
+            invoice.status = "Settled";
+            invoice.additional_status = "Marked";
+            (
+                "InvoiceSettled",
+                json!({ "manuallyMarked": true, "overPaid": false }),
+            )
+        }
+        "invalid" | "mark_invalid" => {
+            invoice.status = "Invalid";
+            let marked = event == "mark_invalid";
+            if marked {
+                invoice.additional_status = "Marked";
+            }
+            ("InvoiceInvalid", json!({ "manuallyMarked": marked }))
+        }
+        "refund" => {
+            let refund = PullPayment {
+                id: uuid::Uuid::new_v4().simple().to_string()[..22].to_owned(),
+                amount: invoice.paid_btc(),
+                created: Utc::now(),
+            };
+            let id = refund.id.clone();
+            invoice.refunds.push(refund);
+            ("InvoiceRefund", json!({ "pullPaymentId": id }))
+        }
+        _ => return None,
+    };
+    let delivery_id = uuid::Uuid::new_v4().simple().to_string()[..22].to_owned();
+    let mut payload = json!({
+        "deliveryId": delivery_id,
+        "webhookId": "sim-webhook",
+        "originalDeliveryId": delivery_id,
+        "isRedelivery": false,
+        "type": kind,
+        "timestamp": Utc::now().timestamp(),
+        "storeId": "sim-store",
+        "invoiceId": invoice.id,
+        "metadata": { "orderId": invoice.order_id },
+    });
+    if let (Some(target), Value::Object(extra)) = (payload.as_object_mut(), extra) {
+        target.extend(extra);
+    }
+    Some(payload)
+}
+
+fn settled(invoice: &Invoice) -> (&'static str, Value) {
+    if invoice.status == "Settled" {
+        (
+            "InvoiceSettled",
+            json!({ "manuallyMarked": false, "overPaid": invoice.additional_status == "PaidOver" }),
+        )
+    } else {
+        (
+            "InvoiceProcessing",
+            json!({ "overPaid": invoice.additional_status == "PaidOver" }),
+        )
+    }
+}
+
+fn received_payment(invoice: &Invoice, payment: &Payment, late: bool) -> (&'static str, Value) {
+    (
+        "InvoiceReceivedPayment",
+        json!({
+            "afterExpiration": late || invoice.status == "Expired",
+            "paymentMethodId": payment.method,
+            "payment": {
+                "id": payment.id,
+                "receivedDate": payment.received.timestamp(),
+                "value": btc(payment.value),
+                "fee": "0.00000000",
+                "status": match payment.status { PaymentStatus::Processing => "Processing", PaymentStatus::Settled => "Settled" },
+                "destination": "",
+            },
+        }),
+    )
+}
+
+/// Sends the last webhook of a deposit again as BTCPay redelivers: a new
+/// `deliveryId`, the first delivery's `originalDeliveryId`, `isRedelivery`.
+async fn redeliver(sim: &PaymentsSim, dep_id: &str) -> Response {
+    let last = lock(&sim.last_webhook).get(dep_id).cloned();
+    match last {
+        Some(mut payload) => {
+            payload["deliveryId"] =
+                json!(uuid::Uuid::new_v4().simple().to_string()[..22].to_owned());
+            payload["isRedelivery"] = json!(true);
+            deliver(sim, payload).await
+        }
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({ "message": "nothing delivered yet" })),
+        )
+            .into_response(),
+    }
 }
 
 /// Sends one signed webhook and reports what the service answered.
@@ -313,4 +710,69 @@ async fn deliver(sim: &PaymentsSim, payload: Value) -> Response {
         .await;
     let callback_status = sent.map(|r| r.status().as_u16()).unwrap_or(0);
     Json(json!({ "delivered": payload, "callback_status": callback_status })).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invoice(amount_cents: i64) -> Invoice {
+        Invoice {
+            id: "inv".into(),
+            order_id: "dep_x".into(),
+            amount_cents,
+            status: "New",
+            additional_status: "None",
+            payments: vec![],
+            refunds: vec![],
+            created: Utc::now(),
+            expires_at: Utc::now() + chrono::Duration::minutes(60),
+        }
+    }
+
+    #[test]
+    fn cents_survive_the_trip_through_bitcoin() {
+        for cents in [1, 99, 10_000, 49_999, 50_000, 1_000_000] {
+            assert_eq!(btc_to_cents(usd_cents_to_btc(cents)), cents, "{cents}");
+        }
+    }
+
+    #[test]
+    fn invoices_move_as_the_watcher_moves_them() {
+        let mut i = invoice(50_000);
+        i.pay(20_000, "BTC-CHAIN", true);
+        assert_eq!((i.status, i.additional_status), ("New", "PaidPartial"));
+        i.pay(40_000, "BTC-LN", false);
+        assert_eq!((i.status, i.additional_status), ("Processing", "PaidOver"));
+        apply_event(&mut i, "confirm", 0, "BTC-CHAIN");
+        assert_eq!((i.status, i.additional_status), ("Settled", "PaidOver"));
+
+        let mut late = invoice(50_000);
+        apply_event(&mut late, "paid_late", 50_000, "BTC-CHAIN");
+        assert_eq!(
+            (late.status, late.additional_status),
+            ("Expired", "PaidLate")
+        );
+
+        let mut short = invoice(50_000);
+        short.pay(10_000, "BTC-CHAIN", true);
+        short.expire();
+        assert_eq!(
+            (short.status, short.additional_status),
+            ("Expired", "PaidPartial")
+        );
+    }
+
+    #[test]
+    fn both_methods_report_the_same_total_paid() {
+        let mut i = invoice(50_000);
+        i.pay(20_000, "BTC-CHAIN", true);
+        i.pay(30_000, "BTC-LN", true);
+        let methods = payment_methods_json(&i);
+        assert_eq!(methods[0]["totalPaid"], methods[1]["totalPaid"]);
+        assert_ne!(
+            methods[0]["paymentMethodPaid"],
+            methods[1]["paymentMethodPaid"]
+        );
+    }
 }

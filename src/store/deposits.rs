@@ -103,6 +103,16 @@ pub async fn needing_sync<C: ConnectionTrait>(
                     Condition::all()
                         .add(deposit::Column::Status.eq(PENDING))
                         .add(deposit::Column::UpdatedAt.lt(stale_before)),
+                )
+                // A lapsed invoice is still watched by the provider for a
+                // while (BTCPay's monitoring window, a day by default): money
+                // paid late, or a partial payment still confirming, turns up
+                // there and must not wait for a webhook that may be lost.
+                .add(
+                    Condition::all()
+                        .add(deposit::Column::Status.eq(CANCELLED))
+                        .add(deposit::Column::CreatedAt.gt(now - chrono::Duration::days(2)))
+                        .add(deposit::Column::UpdatedAt.lt(stale_before)),
                 ),
         )
         .order_by_asc(deposit::Column::UpdatedAt)

@@ -808,7 +808,8 @@ async fn a_callback_with_a_forged_or_missing_signature_is_refused_and_changes_no
     let app = deposits_app().await;
     let (_, secret) = live_partner(&app).await;
     let id = id_of(&open_deposit(&app, &secret, 10_000).await);
-    let invoice = sim_event(&app, &id, "partial", 10_000).await["delivered"]["invoiceId"]
+    // Paid in full, still confirming: nothing may be credited yet.
+    let invoice = sim_event(&app, &id, "unconfirmed", 10_000).await["delivered"]["invoiceId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -833,8 +834,8 @@ async fn a_callback_with_a_forged_or_missing_signature_is_refused_and_changes_no
         !delivery_recorded(&app, "dlv-forged").await,
         "a refused delivery is not remembered, so it cannot shadow a genuine one"
     );
-    // The genuine final payment still goes through, once.
-    sim_event(&app, &id, "paid", 0).await;
+    // The genuine confirmation still goes through, once.
+    sim_event(&app, &id, "confirm", 0).await;
     assert_credited(&app, &secret, &id, 10_000, 10_000).await;
 }
 
@@ -894,9 +895,14 @@ async fn replayed_and_redelivered_callbacks_credit_nothing_twice() {
     }
     // The provider's own redelivery.
     let redelivered = sim_event(&app, &id, "redeliver", 0).await;
+    // As BTCPay redelivers: a new delivery id, the first one's as the original.
     assert_eq!(redelivered["delivered"]["isRedelivery"], true);
-    assert_eq!(
+    assert_ne!(
         redelivered["delivered"]["deliveryId"],
+        delivered["deliveryId"]
+    );
+    assert_eq!(
+        redelivered["delivered"]["originalDeliveryId"],
         delivered["deliveryId"]
     );
     // Fresh deliveries saying the same thing (deduplication by deposit, not only by delivery).
@@ -990,7 +996,7 @@ async fn a_callback_for_an_unknown_invoice_is_acknowledged_and_changes_nothing()
     let app = deposits_app().await;
     let (_, secret) = live_partner(&app).await;
     let id = id_of(&open_deposit(&app, &secret, 10_000).await);
-    sim_event(&app, &id, "partial", 10_000).await;
+    sim_event(&app, &id, "unconfirmed", 10_000).await;
 
     for body in [
         webhook(
@@ -1859,4 +1865,239 @@ async fn without_a_provider_deposits_are_unavailable_and_not_retryable() {
             .unwrap()
             .is_empty()
     );
+}
+
+// ------------------------------------------- Greenfield's real invoice states
+
+/// Tells the simulated provider about a payment over one method.
+async fn sim_pay(app: &TestApp, deposit_id: &str, event: &str, cents: i64, method: &str) -> Value {
+    let simulators = app.simulators.as_deref().expect("the simulators run");
+    let (status, answer) = read(
+        app.client
+            .post(format!(
+                "{simulators}/sim/payments/deposits/{deposit_id}/events"
+            ))
+            .json(&json!({ "event": event, "amount_cents": cents, "method": method }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{event}: {answer}");
+    assert_eq!(answer["callback_status"], 200, "{answer}");
+    answer["delivered"].clone()
+}
+
+/// The invoice as the simulated provider reports it through Greenfield.
+async fn provider_invoice(app: &TestApp, invoice_id: &str) -> Value {
+    let simulators = app.simulators.as_deref().expect("the simulators run");
+    let (status, body) = read(
+        app.client
+            .get(format!(
+                "{simulators}/api/v1/stores/sim-store/invoices/{invoice_id}"
+            ))
+            .header("Authorization", "token sim-payments-api-key")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+async fn invoice_states(app: &TestApp, invoice_id: &str) -> (String, String) {
+    let invoice = provider_invoice(app, invoice_id).await;
+    (
+        invoice["status"].as_str().unwrap().to_owned(),
+        invoice["additionalStatus"].as_str().unwrap().to_owned(),
+    )
+}
+
+async fn provider_reports_paid_amount(app: &TestApp, on: bool) {
+    let simulators = app.simulators.as_deref().expect("the simulators run");
+    let (status, body) = read(
+        app.client
+            .post(format!("{simulators}/sim/payments/settings"))
+            .json(&json!({ "report_paid_amount": on }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+#[tokio::test]
+async fn a_payment_split_over_chain_and_lightning_is_credited_once_at_its_dollar_value() {
+    for report_paid_amount in [true, false] {
+        let app = deposits_app().await;
+        provider_reports_paid_amount(&app, report_paid_amount).await;
+        let (_, secret) = live_partner(&app).await;
+        let id = id_of(&open_deposit(&app, &secret, 50_000).await);
+
+        let first = sim_pay(&app, &id, "partial", 20_000, "chain").await;
+        let invoice = first["invoiceId"].as_str().unwrap().to_owned();
+        assert_eq!(
+            invoice_states(&app, &invoice).await,
+            ("New".into(), "PaidPartial".into())
+        );
+        assert_uncredited(&app, &secret, &id, "pending").await;
+        sim_pay(&app, &id, "paid", 30_000, "lightning").await;
+
+        assert_eq!(
+            invoice_states(&app, &invoice).await,
+            ("Settled".into(), "None".into())
+        );
+        // Greenfield reports the same BTC `totalPaid` on both methods: read
+        // once and converted at the rate, 500.00 USD; summed, 1000.00.
+        assert_credited(&app, &secret, &id, 50_000, 50_000).await;
+        assert_eq!(
+            balance(&app, &secret).await,
+            50_000,
+            "paidAmount reported: {report_paid_amount}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_overpayment_over_lightning_is_settled_paid_over_and_credited_in_full() {
+    let app = deposits_app().await;
+    let (_, secret) = live_partner(&app).await;
+    let id = id_of(&open_deposit(&app, &secret, 50_000).await);
+    let delivered = sim_pay(&app, &id, "paid", 51_234, "lightning").await;
+    let invoice = delivered["invoiceId"].as_str().unwrap();
+    assert_eq!(delivered["overPaid"], true);
+    assert_eq!(
+        invoice_states(&app, invoice).await,
+        ("Settled".into(), "PaidOver".into())
+    );
+    assert_credited(&app, &secret, &id, 50_000, 51_234).await;
+}
+
+#[tokio::test]
+async fn a_full_payment_still_confirming_waits_and_is_credited_when_it_confirms() {
+    let app = deposits_app().await;
+    let (_, secret) = live_partner(&app).await;
+    let id = id_of(&open_deposit(&app, &secret, 50_000).await);
+    let delivered = sim_pay(&app, &id, "unconfirmed", 50_000, "chain").await;
+    let invoice = delivered["invoiceId"].as_str().unwrap();
+    assert_eq!(
+        invoice_states(&app, invoice).await,
+        ("Processing".into(), "None".into())
+    );
+    assert_uncredited(&app, &secret, &id, "pending").await;
+
+    sim_pay(&app, &id, "confirm", 0, "chain").await;
+    assert_credited(&app, &secret, &id, 50_000, 50_000).await;
+}
+
+#[tokio::test]
+async fn an_expired_partial_payment_is_cancelled_then_credited_with_what_arrived_once_confirmed() {
+    let app = deposits_app().await;
+    let (_, secret) = live_partner(&app).await;
+    let id = id_of(&open_deposit(&app, &secret, 50_000).await);
+    let delivered = sim_pay(&app, &id, "unconfirmed", 20_000, "chain").await;
+    let invoice = delivered["invoiceId"].as_str().unwrap().to_owned();
+    sim_pay(&app, &id, "expire", 0, "chain").await;
+    assert_eq!(
+        invoice_states(&app, &invoice).await,
+        ("Expired".into(), "PaidPartial".into())
+    );
+    assert_uncredited(&app, &secret, &id, "cancelled").await;
+
+    // The money that arrived is not dropped: once confirmed, it is credited.
+    sim_pay(&app, &id, "confirm", 0, "chain").await;
+    assert_credited(&app, &secret, &id, 50_000, 20_000).await;
+    assert_eq!(balance(&app, &secret).await, 20_000);
+}
+
+#[tokio::test]
+async fn a_full_payment_after_the_lapse_is_expired_paid_late_and_credited() {
+    let app = deposits_app().await;
+    let (_, secret) = live_partner(&app).await;
+    let id = id_of(&open_deposit(&app, &secret, 50_000).await);
+    let delivered = sim_pay(&app, &id, "paid_late", 50_000, "chain").await;
+    assert_eq!(delivered["type"], "InvoiceReceivedPayment");
+    assert_eq!(delivered["afterExpiration"], true);
+    let invoice = delivered["invoiceId"].as_str().unwrap();
+    // BTCPay never settles a lapsed invoice: the money sits on an Expired one.
+    assert_eq!(
+        invoice_states(&app, invoice).await,
+        ("Expired".into(), "PaidLate".into())
+    );
+    assert_credited(&app, &secret, &id, 50_000, 50_000).await;
+}
+
+#[tokio::test]
+async fn money_arriving_after_a_partial_credit_is_raised_for_review_not_dropped() {
+    let app = deposits_app().await;
+    let (_, secret) = live_partner(&app).await;
+    let id = id_of(&open_deposit(&app, &secret, 50_000).await);
+    sim_pay(&app, &id, "partial", 20_000, "chain").await;
+    sim_pay(&app, &id, "expire", 0, "chain").await;
+    assert_credited(&app, &secret, &id, 50_000, 20_000).await;
+
+    sim_pay(&app, &id, "paid_late", 30_000, "lightning").await;
+
+    assert_credited(&app, &secret, &id, 50_000, 20_000).await;
+    assert_eq!(balance(&app, &secret).await, 20_000, "credited once");
+    let review = the_review_of(&app, &id, "paid_after_credit").await;
+    assert!(
+        review["detail"].as_str().unwrap().contains("30000 cents"),
+        "{review}"
+    );
+}
+
+#[tokio::test]
+async fn a_short_invoice_marked_settled_by_the_store_is_credited_with_what_arrived() {
+    let app = deposits_app().await;
+    let (_, secret) = live_partner(&app).await;
+    let id = id_of(&open_deposit(&app, &secret, 50_000).await);
+    sim_pay(&app, &id, "partial", 15_000, "lightning").await;
+    let delivered = sim_pay(&app, &id, "paid", 0, "chain").await;
+    assert_eq!(delivered["manuallyMarked"], true);
+    let invoice = delivered["invoiceId"].as_str().unwrap();
+    assert_eq!(
+        invoice_states(&app, invoice).await,
+        ("Settled".into(), "Marked".into())
+    );
+    assert_credited(&app, &secret, &id, 50_000, 15_000).await;
+}
+
+#[tokio::test]
+async fn an_invoice_whose_payment_failed_to_confirm_is_cancelled_and_raised_for_review() {
+    let app = deposits_app().await;
+    let (_, secret) = live_partner(&app).await;
+    let id = id_of(&open_deposit(&app, &secret, 50_000).await);
+    sim_pay(&app, &id, "unconfirmed", 50_000, "chain").await;
+    sim_pay(&app, &id, "invalid", 0, "chain").await;
+    assert_uncredited(&app, &secret, &id, "cancelled").await;
+    the_review_of(&app, &id, "invalid_with_payment").await;
+
+    // Marked invalid with nothing paid: cancelled, nobody to ask.
+    let quiet = id_of(&open_deposit(&app, &secret, 10_000).await);
+    sim_pay(&app, &quiet, "mark_invalid", 0, "chain").await;
+    assert_uncredited(&app, &secret, &quiet, "cancelled").await;
+    assert!(reviews_of(&app, &quiet).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_redelivery_is_recognised_by_its_original_delivery_id() {
+    let app = deposits_app().await;
+    let (_, secret) = live_partner(&app).await;
+    let id = id_of(&open_deposit(&app, &secret, 10_000).await);
+    let first = sim_pay(&app, &id, "paid", 10_000, "chain").await;
+    let first_id = first["deliveryId"].as_str().unwrap().to_owned();
+    assert!(delivery_recorded(&app, &first_id).await);
+
+    let again = sim_event(&app, &id, "redeliver", 0).await["delivered"].clone();
+    let again_id = again["deliveryId"].as_str().unwrap();
+    assert_ne!(again_id, first_id);
+    assert_eq!(again["originalDeliveryId"], first_id.as_str());
+    assert!(
+        !delivery_recorded(&app, again_id).await,
+        "deduplicated on the original delivery, not recorded again"
+    );
+    assert_credited(&app, &secret, &id, 10_000, 10_000).await;
 }
