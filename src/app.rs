@@ -29,6 +29,7 @@ use crate::{
         provisioning::{DeliveryWriter, ProvisioningArgs},
         reconciler::ReconcilerArgs,
         services::{ServicesArgs, ServicesMsg, ServicesSupervisor},
+        supplier_orders::{SupplierOrders, SupplierOrdersArgs},
         writer::CommitWriter,
     },
     auth::KeyDirectory,
@@ -54,7 +55,8 @@ use crate::{
     },
     store::{self, Db},
     supplier::{
-        Supplier, esim_access::EsimAccessClient, metered::Metered, sandbox::SandboxSupplier,
+        Supplier, esim_access::EsimAccessClient, gate::RateGate, metered::Metered,
+        sandbox::SandboxSupplier,
     },
 };
 
@@ -107,6 +109,8 @@ pub struct Shared {
     pub provisioning_lease: Option<chrono::Duration>,
     /// This process's id (`nd_...`): it names the provisioning claims it holds.
     pub node_id: Arc<str>,
+    /// Supplier orders of this node; the supplier's webhook wakes them.
+    pub supplier_orders: SupplierOrders,
 }
 
 /// The supplier of each mode.
@@ -184,8 +188,20 @@ impl Application {
                 fail_rate: settings.simulators.supplier_fail_rate,
                 ..Faults::default()
             },
+            settings.simulators.supplier_rate_limit,
         );
-        let suppliers = build_suppliers(&settings, simulators_addr)?;
+        supplier_sim.set_notify_url(format!("http://{public_addr}/callbacks/esim-access"));
+        let shared_supplier_window = match settings.rate_limit.backend {
+            crate::config::RateLimitBackend::Redis => {
+                Some(Arc::new(Limiter::connect(&settings.rate_limit).await?))
+            }
+            crate::config::RateLimitBackend::Memory => None,
+        };
+        let supplier_gate = Arc::new(RateGate::new(
+            settings.supplier.requests_per_second,
+            shared_supplier_window,
+        ));
+        let suppliers = build_suppliers(&settings, simulators_addr, supplier_gate)?;
         let batching = settings.store.commit_mode == crate::config::CommitMode::Batch;
         // SQLite takes one writer at a time: batch across partners too.
         let shared_writer = (batching && db.get_database_backend() == sea_orm::DbBackend::Sqlite)
@@ -209,19 +225,27 @@ impl Application {
             settings.payments.webhook_secret.clone(),
             settings.payments.invoice_minutes,
         );
+        let supplier_orders = SupplierOrders::start(SupplierOrdersArgs {
+            db: db.clone(),
+            live: suppliers.live.clone(),
+            sandbox: suppliers.sandbox.clone(),
+            batch_size: settings.supplier.batch_size,
+            batch_window: Duration::from_millis(settings.supplier.batch_window_ms),
+            max_attempts: settings.supplier.max_attempts,
+            retry_backoff: Duration::from_millis(settings.supplier.retry_backoff_ms),
+            poll_interval: Duration::from_millis(settings.supplier.poll_interval_ms),
+            max_poll_interval: Duration::from_millis(settings.supplier.max_poll_interval_ms),
+            deadline: Duration::from_secs(settings.supplier.deadline_seconds),
+            node_id: node_id.clone(),
+        });
         let services = if settings.provisioning.enabled {
             let provisioning = ProvisioningArgs {
                 writer: DeliveryWriter::start(db.clone()),
                 db: db.clone(),
                 accounts: accounts.clone(),
-                live: suppliers.live.clone(),
-                sandbox: suppliers.sandbox.clone(),
+                supplier_orders: supplier_orders.clone(),
                 concurrency: settings.provisioning.concurrency,
-                unit_concurrency: settings.provisioning.unit_concurrency,
                 max_attempts: settings.supplier.max_attempts,
-                retry_backoff: Duration::from_millis(settings.supplier.retry_backoff_ms),
-                poll_interval: Duration::from_millis(settings.supplier.poll_interval_ms),
-                deadline: Duration::from_secs(settings.supplier.deadline_seconds),
                 lease: Duration::from_secs(settings.provisioning.lease_seconds),
                 node_id: node_id.clone(),
             };
@@ -267,6 +291,7 @@ impl Application {
             },
             accounts,
             suppliers,
+            supplier_orders,
             fault_injection: settings.operator.fault_injection,
             provisioning_lease: settings
                 .provisioning
@@ -418,6 +443,7 @@ impl Application {
 fn build_suppliers(
     settings: &Settings,
     simulators_addr: Option<SocketAddr>,
+    gate: Arc<RateGate>,
 ) -> anyhow::Result<Suppliers> {
     let base_url = match (&settings.supplier.base_url, simulators_addr) {
         (Some(url), _) => url.clone(),
@@ -431,6 +457,7 @@ fn build_suppliers(
         settings.supplier.access_code.clone(),
         settings.supplier.secret.clone(),
         Duration::from_millis(settings.supplier.timeout_ms),
+        gate,
     )?;
     Ok(Suppliers {
         live: Arc::new(Metered::new(Arc::new(live))),

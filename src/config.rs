@@ -196,6 +196,9 @@ pub struct SimulatorSettings {
     pub supplier_latency_ms: u64,
     /// Share of simulated supplier calls failing with HTTP 500 at start.
     pub supplier_fail_rate: f64,
+    /// Requests per second the simulated supplier accepts, as the real one
+    /// documents; 0 lifts the limit (load tests of our own code).
+    pub supplier_rate_limit: u32,
 }
 
 /// `[supplier]`
@@ -215,8 +218,19 @@ pub struct SupplierSettings {
     pub max_attempts: i32,
     /// Pause before the n-th placement retry: n times this.
     pub retry_backoff_ms: u64,
-    /// Pause between allocation polls.
+    /// First pause between allocation polls of a supplier order (doubled
+    /// up to `max_poll_interval_ms`; the supplier's webhook cuts it short).
     pub poll_interval_ms: u64,
+    /// Longest pause between allocation polls.
+    pub max_poll_interval_ms: u64,
+    /// Requests per second this service sends the supplier, shared by every
+    /// call of a node (and by every node with `rate_limit.backend = redis`);
+    /// 0 lifts the limit.
+    pub requests_per_second: u32,
+    /// Most units one supplier order carries.
+    pub batch_size: usize,
+    /// How long units wait for others to share a supplier order.
+    pub batch_window_ms: u64,
     /// Longest a unit may take to allocate.
     pub deadline_seconds: u64,
 }
@@ -229,8 +243,6 @@ pub struct ProvisioningSettings {
     pub enabled: bool,
     /// Orders provisioned at once.
     pub concurrency: usize,
-    /// Units of one order provisioned at once.
-    pub unit_concurrency: usize,
     /// How long a worker holds an order.
     pub lease_seconds: u64,
 }
@@ -411,6 +423,16 @@ impl Settings {
         if self.supplier.base_url.is_none() && !self.simulators.enabled {
             bail!(
                 "invalid configuration: `supplier.base_url` is required when `simulators.enabled` is false"
+            );
+        }
+        if self.supplier.batch_size == 0 {
+            bail!("invalid configuration: `supplier.batch_size` must be at least 1");
+        }
+        if self.supplier.poll_interval_ms == 0
+            || self.supplier.max_poll_interval_ms < self.supplier.poll_interval_ms
+        {
+            bail!(
+                "invalid configuration: `supplier.poll_interval_ms` must be above 0 and at most `supplier.max_poll_interval_ms`"
             );
         }
         if self.supplier.max_attempts < 1 {

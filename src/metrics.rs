@@ -49,6 +49,8 @@ pub const ORDERS_SETTLED: &str = "esim_orders_settled_total";
 pub const PROVISIONING_DURATION: &str = "esim_provisioning_duration_seconds";
 /// Calls to the live supplier: `operation`, `outcome`.
 pub const SUPPLIER_CALLS: &str = "esim_supplier_calls_total";
+pub const SUPPLIER_SLOW_DOWNS: &str = "esim_supplier_slow_downs_total";
+pub const SUPPLIER_ORDER_UNITS: &str = "esim_supplier_order_units";
 /// Seconds per supplier call: `operation`, `outcome`.
 pub const SUPPLIER_CALL_DURATION: &str = "esim_supplier_call_duration_seconds";
 /// Deposit status changes: `from`, `to`.
@@ -163,6 +165,14 @@ fn describe() {
     describe_counter!(
         SUPPLIER_CALLS,
         "Calls to the live eSIM supplier, by operation and outcome."
+    );
+    describe_counter!(
+        SUPPLIER_SLOW_DOWNS,
+        "Answers of the supplier that said to slow down (rate limit); every call of the node paused."
+    );
+    describe_histogram!(
+        SUPPLIER_ORDER_UNITS,
+        "Units carried by each supplier order placed (batching across orders and partners)."
     );
     describe_histogram!(
         SUPPLIER_CALL_DURATION,
@@ -305,6 +315,16 @@ pub fn supplier_call(operation: &'static str, outcome: &'static str, took: Durat
     let labels = [("operation", operation), ("outcome", outcome)];
     counter!(SUPPLIER_CALLS, &labels).increment(1);
     histogram!(SUPPLIER_CALL_DURATION, &labels).record(took.as_secs_f64());
+}
+
+/// The supplier asked us to slow down.
+pub fn supplier_slow_down() {
+    counter!(SUPPLIER_SLOW_DOWNS).increment(1);
+}
+
+/// A supplier order of `units` units was written down.
+pub fn supplier_order_opened(mode: &'static str, units: usize) {
+    histogram!(SUPPLIER_ORDER_UNITS, "mode" => mode).record(units as f64);
 }
 
 /// The outcome label of a supplier call: `ok`, `refused` or `transient`

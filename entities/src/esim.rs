@@ -21,6 +21,9 @@ pub struct Model {
     /// `LPA:1$<smdp>$<matching id>`.
     pub activation_code: String,
     pub created_at: DateTimeUtc,
+    /// The supplier's number of this profile (`esimTranNo`): its usage
+    /// query asks by it.
+    pub esim_tran_no: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -18,3 +18,4 @@ pub mod partner;
 pub mod plan;
 pub mod provider_delivery;
 pub mod review;
+pub mod supplier_order;

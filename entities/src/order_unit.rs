@@ -13,8 +13,12 @@ pub struct Model {
     pub unit_index: i32,
     /// `pending`, `delivered` or `refunded`.
     pub status: String,
-    /// The supplier's order number once placed.
+    /// The supplier's order number once placed (one unit per supplier
+    /// order, before supplier orders carried many units).
     pub supplier_order_no: Option<String>,
+    /// The supplier order (`supplier_orders.id`, its `transactionId`) that
+    /// carries this unit, written down before the supplier is called.
+    pub supplier_txn_id: Option<String>,
     pub attempts: i32,
     pub last_error: Option<String>,
     pub updated_at: DateTimeUtc,

@@ -18,6 +18,7 @@ pub mod batch;
 pub mod provisioning;
 pub mod reconciler;
 pub mod services;
+pub mod supplier_orders;
 pub mod writer;
 
 /// Logs one supervision event in the uniform shape operators filter on.

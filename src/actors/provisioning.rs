@@ -1,24 +1,33 @@
 //! `ProvisioningActor`: turns accepted orders into profiles.
 //!
 //! Each `Provision(order)` claims the order (a lease column, so one node and
-//! one worker at a time), then for every pending unit places a supplier order
-//! with the unit id as transaction id, polls until the profile is allocated,
-//! and stores it. A supplier refusal refunds the unit (`supplier_error`); a
-//! unit whose order could not be placed after `max_attempts` placements is
-//! refunded as `internal_error`. Work runs on tasks bounded by a semaphore, so
-//! a slow supplier never blocks order acceptance; anything lost in a crash is
-//! re-driven by the reconciler.
+//! one worker at a time), then puts its pending units in supplier orders
+//! together with the units of other orders being provisioned at the same
+//! time ([`super::supplier_orders`]), waits for those supplier orders to end,
+//! and deals the order its profiles. A supplier order the supplier will not
+//! deliver (a permanent refusal, the deadline, or no answer through every
+//! attempt) refunds the units it carried as `supplier_error`; a unit this
+//! service could not even write down into a supplier order is refunded as
+//! `internal_error` after `max_attempts` passes. Work runs on tasks bounded
+//! by a semaphore, so a slow supplier never blocks order acceptance; anything
+//! lost in a crash is re-driven by the reconciler.
 
 use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use entities::{esim, order, order_unit};
-use futures::StreamExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use std::{collections::HashSet, sync::Mutex};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Mutex,
+};
 use tokio::sync::Semaphore;
 
-use super::{accounts::Accounts, log_lifecycle};
+use super::{
+    accounts::Accounts,
+    log_lifecycle,
+    supplier_orders::{Outcome, SupplierOrders},
+};
 use crate::{
     domain::{
         esim as esim_rules,
@@ -27,7 +36,6 @@ use crate::{
         time,
     },
     store::{self, Db},
-    supplier::{Allocation, Supplier, SupplierError},
 };
 
 /// Messages of the provisioning actor.
@@ -48,22 +56,13 @@ pub struct ProvisioningArgs {
     /// Stores delivered profiles in batches.
     pub writer: DeliveryWriter,
     pub accounts: Accounts,
-    /// The supplier of live orders.
-    pub live: Arc<dyn Supplier>,
-    /// The supplier of sandbox orders.
-    pub sandbox: Arc<dyn Supplier>,
+    /// Supplier orders of this node: placement, batching and allocation.
+    pub supplier_orders: SupplierOrders,
     /// Orders provisioned at once.
     pub concurrency: usize,
-    /// Units of one order provisioned at once.
-    pub unit_concurrency: usize,
-    /// Placements of one unit before it is refunded as `internal_error`.
+    /// Passes over a unit that could not be written into a supplier order
+    /// before it is refunded as `internal_error`.
     pub max_attempts: i32,
-    /// Pause between placement attempts.
-    pub retry_backoff: Duration,
-    /// Pause between allocation polls.
-    pub poll_interval: Duration,
-    /// Longest a unit may take to allocate before it is refunded.
-    pub deadline: Duration,
     /// How long a claim on an order lasts; a pass renews it every third of this.
     pub lease: Duration,
     /// This node's id, written into the claims it holds.
@@ -193,15 +192,11 @@ async fn provision_claimed(args: &ProvisioningArgs, order_id: &str) -> anyhow::R
         .into_iter()
         .filter(|u| u.status == UNIT_PENDING)
         .collect();
-    let supplier = match Mode::parse(&order.mode) {
-        Some(Mode::Live) => args.live.clone(),
-        _ => args.sandbox.clone(),
+    let outcomes = if units.is_empty() {
+        Vec::new()
+    } else {
+        provision_units(args, &order, units).await
     };
-    let outcomes: Vec<UnitOutcome> = futures::stream::iter(units)
-        .map(|unit| provision_unit(args, supplier.as_ref(), &order, unit))
-        .buffer_unordered(args.unit_concurrency.max(1))
-        .collect()
-        .await;
     for failure in [FailureCode::SupplierError, FailureCode::InternalError] {
         let unit_ids: Vec<String> = outcomes
             .iter()
@@ -238,85 +233,113 @@ enum UnitOutcome {
     Refund(String, FailureCode),
 }
 
-async fn provision_unit(
+/// Puts the order's pending units in supplier orders (those not yet in one),
+/// waits for those supplier orders, and deals the units their profiles.
+async fn provision_units(
     args: &ProvisioningArgs,
-    supplier: &dyn Supplier,
     order: &order::Model,
-    unit: order_unit::Model,
-) -> UnitOutcome {
-    let order_no = match unit.supplier_order_no.clone() {
-        Some(order_no) => order_no,
-        None => match place(args, supplier, order, &unit).await {
-            Ok(order_no) => order_no,
-            Err(outcome) => return outcome,
-        },
-    };
-    let deadline = tokio::time::Instant::now() + args.deadline;
-    loop {
-        match supplier.query(&order_no).await {
-            Ok(Allocation::Ready(profile)) => {
-                return store_profile(args, order, &unit, profile).await;
+    units: Vec<order_unit::Model>,
+) -> Vec<UnitOutcome> {
+    let mode = Mode::parse(&order.mode).unwrap_or(Mode::Sandbox);
+    let mut outcomes = Vec::new();
+    let mut carried: Vec<(order_unit::Model, String)> = Vec::new();
+    let mut loose: Vec<order_unit::Model> = Vec::new();
+    for unit in units {
+        match unit.supplier_txn_id.clone() {
+            Some(txn) => carried.push((unit, txn)),
+            None => loose.push(unit),
+        }
+    }
+    if !loose.is_empty() {
+        let ids = loose.iter().map(|u| u.id.clone()).collect();
+        match args.supplier_orders.carry(mode, &order.plan_id, ids).await {
+            Ok(txn_of) => {
+                for unit in loose {
+                    match txn_of.get(&unit.id) {
+                        Some(txn) => {
+                            let txn = txn.clone();
+                            carried.push((unit, txn));
+                        }
+                        None => outcomes.push(UnitOutcome::Later),
+                    }
+                }
             }
-            Ok(Allocation::Pending) | Err(SupplierError::Transient(_))
-                if tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(args.poll_interval).await;
-            }
-            Ok(Allocation::Pending) | Err(SupplierError::Transient(_)) => {
-                tracing::warn!(unit_id = %unit.id, "allocation did not finish within the provisioning deadline");
-                return UnitOutcome::Refund(unit.id, FailureCode::SupplierError);
-            }
-            Err(SupplierError::Refused(reason)) => {
-                tracing::warn!(unit_id = %unit.id, reason, "supplier refused the allocation");
-                return UnitOutcome::Refund(unit.id, FailureCode::SupplierError);
+            Err(reason) => {
+                for unit in loose {
+                    outcomes.push(not_carried(args, &unit, &reason).await);
+                }
             }
         }
     }
+    let mut by_txn: HashMap<String, Vec<order_unit::Model>> = HashMap::new();
+    for (unit, txn) in carried {
+        by_txn.entry(txn).or_default().push(unit);
+    }
+    let dealt = futures::future::join_all(
+        by_txn
+            .into_iter()
+            .map(|(txn, units)| deal(args, order, txn, units)),
+    )
+    .await;
+    outcomes.extend(dealt.into_iter().flatten());
+    outcomes
 }
 
-/// Places the unit's supplier order, retrying transient failures; the attempt
-/// count survives restarts (it is stored on the unit).
-async fn place(
+/// A unit that could not be written into a supplier order: tried again on
+/// later passes, refunded as `internal_error` after `max_attempts`.
+async fn not_carried(
     args: &ProvisioningArgs,
-    supplier: &dyn Supplier,
-    order: &order::Model,
     unit: &order_unit::Model,
-) -> Result<String, UnitOutcome> {
-    let mut attempts = unit.attempts;
-    loop {
-        if attempts >= args.max_attempts {
-            tracing::warn!(unit_id = %unit.id, attempts, "the supplier order could not be opened");
-            return Err(UnitOutcome::Refund(
-                unit.id.clone(),
-                FailureCode::InternalError,
-            ));
+    reason: &str,
+) -> UnitOutcome {
+    tracing::warn!(unit_id = %unit.id, reason, "unit not written into a supplier order");
+    if unit.attempts + 1 >= args.max_attempts {
+        return UnitOutcome::Refund(unit.id.clone(), FailureCode::InternalError);
+    }
+    let _ = store::orders::unit_failed_attempt(&args.db, &unit.id, reason, time::now()).await;
+    UnitOutcome::Later
+}
+
+/// Waits for one supplier order and deals this order's units their profiles.
+async fn deal(
+    args: &ProvisioningArgs,
+    order: &order::Model,
+    txn: String,
+    units: Vec<order_unit::Model>,
+) -> Vec<UnitOutcome> {
+    let profiles = match args.supplier_orders.outcome(&txn).await {
+        Outcome::Profiles(profiles) => profiles,
+        Outcome::Failed { code, reason } => {
+            tracing::warn!(order_id = %order.id, transaction_id = %txn, reason, "supplier order failed; refunding its units");
+            return units
+                .into_iter()
+                .map(|u| UnitOutcome::Refund(u.id, code))
+                .collect();
         }
-        match supplier.place_order(&unit.id, &order.plan_id).await {
-            // Not written down: the supplier answers the same order number
-            // for the same transaction id, so a re-drive simply asks again.
-            Ok(order_no) => return Ok(order_no),
-            Err(SupplierError::Refused(reason)) => {
-                tracing::warn!(unit_id = %unit.id, reason, "supplier refused the order");
-                return Err(UnitOutcome::Refund(
-                    unit.id.clone(),
-                    FailureCode::SupplierError,
-                ));
+        Outcome::Later(reason) => {
+            tracing::warn!(order_id = %order.id, transaction_id = %txn, reason, "supplier order not settled; will retry");
+            return units.into_iter().map(|_| UnitOutcome::Later).collect();
+        }
+    };
+    // Every carrier of the supplier order, in dealing order.
+    let carriers = match store::supplier_orders::units_of(&args.db, &txn).await {
+        Ok(carriers) => carriers,
+        Err(_) => return units.into_iter().map(|_| UnitOutcome::Later).collect(),
+    };
+    let mut outcomes = Vec::with_capacity(units.len());
+    for unit in units {
+        let seat = carriers.iter().position(|c| c.id == unit.id);
+        match seat.and_then(|seat| profiles.get(seat)) {
+            Some(profile) => {
+                outcomes.push(store_profile(args, order, &unit, profile.clone()).await)
             }
-            Err(SupplierError::Transient(reason)) => {
-                attempts += 1;
-                tracing::warn!(unit_id = %unit.id, attempts, reason, "supplier order attempt failed");
-                if store::orders::unit_failed_attempt(&args.db, &unit.id, &reason, time::now())
-                    .await
-                    .is_err()
-                {
-                    return Err(UnitOutcome::Later);
-                }
-                if attempts < args.max_attempts {
-                    tokio::time::sleep(args.retry_backoff * attempts as u32).await;
-                }
+            None => {
+                tracing::warn!(unit_id = %unit.id, transaction_id = %txn, "the supplier delivered fewer profiles than units");
+                outcomes.push(UnitOutcome::Refund(unit.id, FailureCode::SupplierError));
             }
         }
     }
+    outcomes
 }
 
 async fn store_profile(
@@ -346,6 +369,7 @@ async fn store_profile(
         matching_id: matching.to_owned(),
         activation_code: profile.activation_code.clone(),
         created_at: now,
+        esim_tran_no: profile.esim_tran_no.clone(),
     };
     match args.writer.deliver(row).await {
         Ok(_) => UnitOutcome::Delivered,

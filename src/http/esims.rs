@@ -287,10 +287,13 @@ pub async fn usage(
         Mode::Live => state.suppliers.live.clone(),
         Mode::Sandbox => state.suppliers.sandbox.clone(),
     };
-    let usage = supplier.usage(&row.iccid).await.map_err(|e| {
-        tracing::warn!(error = %e, "usage query failed");
-        ApiError::new(ErrorCode::SupplierError)
-    })?;
+    let usage = supplier
+        .usage(&row.iccid, row.esim_tran_no.as_deref())
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "usage query failed");
+            ApiError::new(ErrorCode::SupplierError)
+        })?;
     let plan = state
         .catalogue
         .snapshot()

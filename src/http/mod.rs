@@ -23,10 +23,13 @@ use axum::{
 
 use crate::{app::AppState, domain::rate::RateClass};
 
-/// The payment provider's callbacks (`/callbacks/...`), authenticated by
-/// their signature, not by a partner key.
+/// The providers' callbacks (`/callbacks/...`), not partner routes: BTCPay
+/// Server's webhooks, authenticated by their signature, and eSIM Access's
+/// webhooks, which are only hints (the supplier order is read back).
 pub fn callback_routes() -> Router<AppState> {
-    Router::new().route("/btcpay", post(deposits::btcpay_callback))
+    Router::new()
+        .route("/btcpay", post(deposits::btcpay_callback))
+        .route("/esim-access", post(orders::esim_access_callback))
 }
 
 /// Routes under `/partner/v1`: `/health` open, the rest behind the

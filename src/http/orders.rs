@@ -507,3 +507,25 @@ pub fn time_id_keyset(values: &[Value]) -> Option<(DateTime<Utc>, String)> {
         _ => None,
     }
 }
+
+/// eSIM Access's webhook (`POST /callbacks/esim-access`, set as the notify
+/// URL in the supplier's console). It is unsigned, so it is only a hint: an
+/// `ORDER_STATUS` of `GOT_RESOURCE` wakes the supplier order's driver on this
+/// node, which then reads the profiles back through the API. Every other
+/// notification (`CHECK_HEALTH`, `ESIM_STATUS`, `DATA_USAGE`,
+/// `VALIDITY_USAGE`) is acknowledged and ignored.
+pub async fn esim_access_callback(
+    State(state): State<AppState>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let event: Value = serde_json::from_slice(&body)
+        .map_err(|_| ApiError::invalid_request("The callback body is not JSON."))?;
+    let kind = event["notifyType"].as_str().unwrap_or_default();
+    let order_no = event["content"]["orderNo"].as_str().unwrap_or_default();
+    let order_status = event["content"]["orderStatus"].as_str().unwrap_or_default();
+    let woken = kind == "ORDER_STATUS"
+        && order_status == "GOT_RESOURCE"
+        && state.supplier_orders.wake(order_no);
+    tracing::info!(kind, order_no, order_status, woken, "supplier webhook");
+    Ok(Json(serde_json::json!({ "received": true })))
+}

@@ -1,10 +1,19 @@
-//! A simulated wholesale eSIM supplier speaking the protocol of
-//! `supplier::esim_access`, with signature checks, per-transaction
-//! idempotency, allocation latency and injectable faults.
+//! A simulated eSIM Access open API, a copy of the service as its
+//! documentation describes it (recorded shapes: `tests/fixtures/esim_access/`):
+//! signed requests checked (`RT-*` headers), the documented envelope and
+//! error codes, a per-account rate limit, orders of many profiles
+//! (`packageInfoList` with `count`) where a repeated `transactionId` is the
+//! same order, queries with a mandatory pager, usage by `esimTranNoList`,
+//! and the `ORDER_STATUS`/`GOT_RESOURCE` webhook once profiles are allocated.
+//! Faults (latency, 5xx, garbage, refusals, late answers) are injected with
+//! `POST /sim/supplier/faults`; `GET /sim/supplier/stats` counts what it saw.
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU32, AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -14,18 +23,26 @@ use axum::{
     extract::State,
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
-    routing::post,
+    routing::{get, post},
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::supplier::{
-    esim_access::{ALLOCATING, sign},
-    sandbox::profile_for,
+    Profile,
+    esim_access::{ALLOCATING, RATE_LIMITED, sign},
+    sandbox::profiles_for,
 };
 
 /// SM-DP+ address of simulated profiles.
 pub const SIM_SMDP: &str = "smdp.sim-supplier.esim-reseller.invalid";
+
+/// How far a request's `RT-Timestamp` may be from the simulator's clock.
+const TIMESTAMP_TOLERANCE_MS: u64 = 5 * 60 * 1000;
+/// Most profiles one order may carry, as documented.
+pub const MAX_COUNT: u64 = 30;
+/// Most profiles one usage query may name, as documented.
+const MAX_USAGE_LIST: usize = 10;
 
 /// Faults and latency, changed by `POST /sim/supplier/faults`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -40,9 +57,17 @@ pub struct Faults {
     /// The next N calls answer HTTP 500.
     #[serde(default)]
     pub fail_next: u32,
-    /// The next N order placements are refused (no stock).
+    /// The next N order placements are refused with `reject_code` (default:
+    /// no stock for the package).
     #[serde(default)]
     pub reject_next: u32,
+    /// The error code of those refusals.
+    #[serde(default)]
+    pub reject_code: Option<String>,
+    /// The next N order placements answer "system busy" (`900001`) after
+    /// taking the order: the caller must ask again under the same id.
+    #[serde(default)]
+    pub busy_next: u32,
     /// The next N calls answer a body that is not JSON.
     #[serde(default)]
     pub garbage_next: u32,
@@ -59,7 +84,27 @@ pub struct Faults {
 struct Placed {
     order_no: String,
     transaction_id: String,
+    package_code: String,
+    count: u32,
     ready_at: Instant,
+}
+
+impl Placed {
+    fn profiles(&self) -> Vec<Profile> {
+        profiles_for(&self.transaction_id, self.count, SIM_SMDP)
+    }
+}
+
+/// What the simulator saw, for load tests (`GET /sim/supplier/stats`).
+#[derive(Default)]
+struct Stats {
+    requests: AtomicU64,
+    rate_limited: AtomicU64,
+    orders: AtomicU64,
+    profiles: AtomicU64,
+    queries: AtomicU64,
+    webhooks: AtomicU64,
+    busiest_second: AtomicU64,
 }
 
 /// Shared simulator state.
@@ -67,24 +112,63 @@ pub struct SupplierSim {
     access_code: String,
     secret: String,
     faults: Mutex<Faults>,
+    /// Requests per second accepted; 0: no limit.
+    rate_limit: AtomicU32,
+    /// (unix second, requests in it).
+    window: Mutex<(u64, u64)>,
     by_transaction: Mutex<HashMap<String, Arc<Placed>>>,
     by_order_no: Mutex<HashMap<String, Arc<Placed>>>,
+    by_iccid: Mutex<HashMap<String, (Arc<Placed>, Profile)>>,
+    /// Where `ORDER_STATUS` webhooks go (the notify URL of the account).
+    notify_url: Mutex<Option<String>>,
+    stats: Stats,
+    http: reqwest::Client,
 }
 
 impl SupplierSim {
-    pub fn new(access_code: &str, secret: &str, faults: Faults) -> Arc<Self> {
+    pub fn new(access_code: &str, secret: &str, faults: Faults, rate_limit: u32) -> Arc<Self> {
         Arc::new(Self {
             access_code: access_code.to_owned(),
             secret: secret.to_owned(),
             faults: Mutex::new(faults),
-            by_transaction: Mutex::new(HashMap::new()),
-            by_order_no: Mutex::new(HashMap::new()),
+            rate_limit: AtomicU32::new(rate_limit),
+            window: Mutex::new((0, 0)),
+            by_transaction: Mutex::default(),
+            by_order_no: Mutex::default(),
+            by_iccid: Mutex::default(),
+            notify_url: Mutex::new(None),
+            stats: Stats::default(),
+            http: reqwest::Client::new(),
         })
     }
 
-    fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    /// Points the webhook at the service once its address is known.
+    pub fn set_notify_url(&self, url: String) {
+        *lock(&self.notify_url) = Some(url);
     }
+
+    fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
+        lock(&self.faults)
+    }
+
+    /// Counts a request in the current second; false past the limit.
+    fn within_rate(&self) -> bool {
+        let second = crate::limits::unix_now_seconds();
+        let mut window = lock(&self.window);
+        if window.0 != second {
+            *window = (second, 0);
+        }
+        window.1 += 1;
+        self.stats
+            .busiest_second
+            .fetch_max(window.1, Ordering::Relaxed);
+        let limit = u64::from(self.rate_limit.load(Ordering::Relaxed));
+        limit == 0 || window.1 <= limit
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Routes of the simulated supplier.
@@ -100,6 +184,8 @@ pub fn routes(sim: Arc<SupplierSim>) -> Router {
     Router::new()
         .merge(api)
         .route("/sim/supplier/faults", post(set_faults))
+        .route("/sim/supplier/settings", post(set_settings))
+        .route("/sim/supplier/stats", get(stats))
         .with_state(sim)
 }
 
@@ -133,8 +219,40 @@ async fn set_faults(
     Json(json!({ "ok": true }))
 }
 
-/// Checks the signature and applies injected faults; `Err` is the answer to send.
+/// Body of `POST /sim/supplier/settings`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimSettings {
+    /// Requests per second accepted; 0 lifts the limit.
+    rate_limit: u32,
+}
+
+async fn set_settings(
+    State(sim): State<Arc<SupplierSim>>,
+    Json(settings): Json<SimSettings>,
+) -> Json<Value> {
+    sim.rate_limit.store(settings.rate_limit, Ordering::Relaxed);
+    Json(json!({ "rate_limit": settings.rate_limit }))
+}
+
+async fn stats(State(sim): State<Arc<SupplierSim>>) -> Json<Value> {
+    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    Json(json!({
+        "requests": read(&sim.stats.requests),
+        "rate_limited": read(&sim.stats.rate_limited),
+        "orders": read(&sim.stats.orders),
+        "profiles": read(&sim.stats.profiles),
+        "queries": read(&sim.stats.queries),
+        "webhooks": read(&sim.stats.webhooks),
+        "busiest_second": read(&sim.stats.busiest_second),
+        "rate_limit": sim.rate_limit.load(Ordering::Relaxed),
+    }))
+}
+
+/// Checks the signature, the clock and the rate, and applies injected
+/// faults; `Err` is the answer to send.
 fn admit(sim: &SupplierSim, headers: &HeaderMap, body: &[u8]) -> Result<Value, Box<Response>> {
+    sim.stats.requests.fetch_add(1, Ordering::Relaxed);
     let header = |name: &str| {
         headers
             .get(name)
@@ -142,6 +260,9 @@ fn admit(sim: &SupplierSim, headers: &HeaderMap, body: &[u8]) -> Result<Value, B
             .unwrap_or_default()
             .to_owned()
     };
+    if header("RT-AccessCode") != sim.access_code {
+        return Err(Box::new(answer_error("101002", "accessCode is invalid")));
+    }
     let text = std::str::from_utf8(body).unwrap_or_default();
     let expected = sign(
         &sim.secret,
@@ -150,8 +271,18 @@ fn admit(sim: &SupplierSim, headers: &HeaderMap, body: &[u8]) -> Result<Value, B
         &sim.access_code,
         text,
     );
-    if header("RT-AccessCode") != sim.access_code || header("RT-Signature") != expected {
-        return Err(Box::new(answer_error("101001", "signature mismatch")));
+    if header("RT-Signature") != expected {
+        return Err(Box::new(answer_error("101003", "signature mismatch")));
+    }
+    let skew = header("RT-Timestamp")
+        .parse::<u64>()
+        .map(|t| t.abs_diff(crate::limits::unix_now_millis()));
+    if skew.is_err() || skew.is_ok_and(|s| s > TIMESTAMP_TOLERANCE_MS) {
+        return Err(Box::new(answer_error("101001", "timestamp is expired")));
+    }
+    if !sim.within_rate() {
+        sim.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
+        return Err(Box::new(answer_error(RATE_LIMITED, "too many requests")));
     }
     {
         let mut faults = sim.faults();
@@ -169,7 +300,8 @@ fn admit(sim: &SupplierSim, headers: &HeaderMap, body: &[u8]) -> Result<Value, B
             return Err(Box::new(StatusCode::INTERNAL_SERVER_ERROR.into_response()));
         }
     }
-    serde_json::from_slice(body).map_err(|_| Box::new(answer_error("100002", "body is not JSON")))
+    serde_json::from_slice(body)
+        .map_err(|_| Box::new(answer_error("000104", "request body is not valid JSON")))
 }
 
 fn answer_error(code: &str, message: &str) -> Response {
@@ -177,44 +309,136 @@ fn answer_error(code: &str, message: &str) -> Response {
         .into_response()
 }
 
+fn answer_ok(obj: Value) -> Response {
+    Json(json!({ "success": true, "errorCode": "0", "errorMsg": null, "obj": obj })).into_response()
+}
+
 async fn order(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: Bytes) -> Response {
     let request = match admit(&sim, &headers, &body) {
         Ok(request) => request,
         Err(answer) => return *answer,
     };
-    let Some(transaction_id) = request["transactionId"].as_str().map(str::to_owned) else {
-        return answer_error("100001", "transactionId is required");
+    let Some(transaction_id) = request["transactionId"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+    else {
+        return answer_error("000105", "transactionId is missing");
     };
-    if let Some(placed) = sim
-        .by_transaction
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&transaction_id)
-    {
-        return Json(json!({ "success": true, "errorCode": "0", "obj": { "orderNo": placed.order_no, "transactionId": transaction_id } })).into_response();
+    let package = &request["packageInfoList"][0];
+    let Some(package_code) = package["packageCode"].as_str().filter(|p| !p.is_empty()) else {
+        return answer_error("000105", "packageCode is missing");
+    };
+    let count = package["count"].as_u64().unwrap_or(0);
+    if !(1..=MAX_COUNT).contains(&count) {
+        return answer_error("000107", "count is out of range");
     }
-    {
+    let existing = lock(&sim.by_transaction).get(&transaction_id).cloned();
+    if let Some(placed) = existing {
+        // A repeated transactionId is the same order.
+        return answer_ok(json!({ "orderNo": placed.order_no, "transactionId": transaction_id }));
+    }
+    // Plans of the catalogue are the packages this supplier sells.
+    if !package_code.starts_with("pl_") {
+        return answer_error("310243", "package does not exist");
+    }
+    let (refusal, busy) = {
         let mut faults = sim.faults();
-        if faults.reject_next > 0 {
+        let refusal = (faults.reject_next > 0).then(|| {
             faults.reject_next -= 1;
-            return answer_error("310241", "insufficient stock for this package");
+            faults
+                .reject_code
+                .clone()
+                .unwrap_or_else(|| "310241".to_owned())
+        });
+        let busy = refusal.is_none() && faults.busy_next > 0;
+        if busy {
+            faults.busy_next -= 1;
         }
+        (refusal, busy)
+    };
+    if let Some(code) = refusal {
+        return answer_error(&code, refusal_message(&code));
     }
     let latency = Duration::from_millis(sim.faults().latency_ms);
     let placed = Arc::new(Placed {
-        order_no: format!("B{}", uuid::Uuid::new_v4().simple()),
+        order_no: format!("B{}", &uuid::Uuid::new_v4().simple().to_string()[..16]),
         transaction_id: transaction_id.clone(),
+        package_code: package_code.to_owned(),
+        count: count as u32,
         ready_at: Instant::now() + latency,
     });
-    sim.by_transaction
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(transaction_id.clone(), placed.clone());
-    sim.by_order_no
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(placed.order_no.clone(), placed.clone());
-    Json(json!({ "success": true, "errorCode": "0", "obj": { "orderNo": placed.order_no, "transactionId": transaction_id } })).into_response()
+    lock(&sim.by_transaction).insert(transaction_id.clone(), placed.clone());
+    lock(&sim.by_order_no).insert(placed.order_no.clone(), placed.clone());
+    {
+        let mut by_iccid = lock(&sim.by_iccid);
+        for profile in placed.profiles() {
+            by_iccid.insert(profile.iccid.clone(), (placed.clone(), profile));
+        }
+    }
+    sim.stats.orders.fetch_add(1, Ordering::Relaxed);
+    sim.stats.profiles.fetch_add(count, Ordering::Relaxed);
+    tokio::spawn(notify_when_ready(sim.clone(), placed.clone(), latency));
+    if busy {
+        // The order was taken, but the answer says otherwise.
+        return answer_error("900001", "system busy, please try again later");
+    }
+    answer_ok(json!({ "orderNo": placed.order_no, "transactionId": transaction_id }))
+}
+
+fn refusal_message(code: &str) -> &'static str {
+    match code {
+        "200007" => "insufficient account balance",
+        "310243" => "package does not exist",
+        _ => "insufficient stock for this package",
+    }
+}
+
+/// Sends `ORDER_STATUS`/`GOT_RESOURCE` to the notify URL once the order's
+/// profiles are allocated.
+async fn notify_when_ready(sim: Arc<SupplierSim>, placed: Arc<Placed>, latency: Duration) {
+    tokio::time::sleep(latency).await;
+    let Some(url) = lock(&sim.notify_url).clone() else {
+        return;
+    };
+    let body = json!({
+        "notifyType": "ORDER_STATUS",
+        "content": { "orderNo": placed.order_no, "orderStatus": "GOT_RESOURCE" },
+    });
+    if sim.http.post(url).json(&body).send().await.is_ok() {
+        sim.stats.webhooks.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One entry of `esimList`, with the documented fields.
+fn esim_json(placed: &Placed, profile: &Profile) -> Value {
+    json!({
+        "esimTranNo": profile.esim_tran_no,
+        "orderNo": placed.order_no,
+        "transactionId": placed.transaction_id,
+        "imsi": "",
+        "iccid": profile.iccid,
+        "smsStatus": 0,
+        "msisdn": "",
+        "ac": profile.activation_code,
+        "qrCodeUrl": "",
+        "shortUrl": "",
+        "smdpStatus": "RELEASED",
+        "eid": "",
+        "activeType": 1,
+        "dataType": 1,
+        "activateTime": null,
+        "expiredTime": null,
+        "totalVolume": 3_u64 * 1024 * 1024 * 1024,
+        "totalDuration": 30,
+        "durationUnit": "DAY",
+        "orderUsage": 0,
+        "esimStatus": "GOT_RESOURCE",
+        "pin": "",
+        "puk": "",
+        "apn": "",
+        "packageList": [{ "packageName": placed.package_code, "packageCode": placed.package_code, "duration": 30, "volume": 3_u64 * 1024 * 1024 * 1024, "locationCode": "" }],
+    })
 }
 
 async fn query(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -222,25 +446,49 @@ async fn query(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: By
         Ok(request) => request,
         Err(answer) => return *answer,
     };
-    let order_no = request["orderNo"].as_str().unwrap_or_default();
-    let placed = sim
-        .by_order_no
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(order_no)
-        .cloned();
-    let Some(placed) = placed else {
-        return answer_error("200005", "order not found");
-    };
-    if Instant::now() < placed.ready_at {
-        return answer_error(ALLOCATING, "profiles are being allocated");
+    sim.stats.queries.fetch_add(1, Ordering::Relaxed);
+    let page_num = request["pager"]["pageNum"].as_u64().unwrap_or(0);
+    let page_size = request["pager"]["pageSize"].as_u64().unwrap_or(0);
+    if page_num < 1 || !(5..=500).contains(&page_size) {
+        return answer_error("000107", "pager is out of range");
     }
-    let profile = profile_for(&placed.transaction_id, SIM_SMDP);
-    Json(json!({
-        "success": true, "errorCode": "0",
-        "obj": { "esimList": [{ "iccid": profile.iccid, "ac": profile.activation_code, "orderNo": placed.order_no, "esimStatus": "GOT_RESOURCE" }] }
+    let order_no = request["orderNo"].as_str().unwrap_or_default();
+    let iccid = request["iccid"].as_str().unwrap_or_default();
+    let entries: Vec<Value> = if !order_no.is_empty() {
+        let placed = lock(&sim.by_order_no).get(order_no).cloned();
+        let Some(placed) = placed else {
+            return answer_error("310272", "order does not exist");
+        };
+        if Instant::now() < placed.ready_at {
+            return answer_error(
+                ALLOCATING,
+                "profiles are being allocated, please query later",
+            );
+        }
+        placed
+            .profiles()
+            .iter()
+            .map(|p| esim_json(&placed, p))
+            .collect()
+    } else if !iccid.is_empty() {
+        match lock(&sim.by_iccid).get(iccid) {
+            Some((placed, profile)) => vec![esim_json(placed, profile)],
+            None => Vec::new(),
+        }
+    } else {
+        return answer_error("000105", "orderNo or iccid is missing");
+    };
+    let total = entries.len();
+    let skip = ((page_num - 1) * page_size) as usize;
+    let page: Vec<Value> = entries
+        .into_iter()
+        .skip(skip)
+        .take(page_size as usize)
+        .collect();
+    answer_ok(json!({
+        "esimList": page,
+        "pager": { "pageSize": page_size, "pageNum": page_num, "total": total },
     }))
-    .into_response()
 }
 
 async fn usage(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -248,12 +496,25 @@ async fn usage(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: By
         Ok(request) => request,
         Err(answer) => return *answer,
     };
-    let iccid = request["iccidList"][0].as_str().unwrap_or_default();
-    // A stable made-up figure per profile: some megabytes used of a few gigabytes.
-    let used = (iccid.bytes().map(u64::from).sum::<u64>() % 900) * 1024 * 1024;
-    Json(json!({
-        "success": true, "errorCode": "0",
-        "obj": { "esimUsageList": [{ "iccid": iccid, "dataUsage": used, "totalData": 3u64 * 1024 * 1024 * 1024 }] }
-    }))
-    .into_response()
+    let Some(numbers) = request["esimTranNoList"].as_array() else {
+        return answer_error("000105", "esimTranNoList is missing");
+    };
+    if numbers.is_empty() || numbers.len() > MAX_USAGE_LIST {
+        return answer_error("000107", "esimTranNoList must name 1 to 10 profiles");
+    }
+    let rows: Vec<Value> = numbers
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|number| {
+            // A stable made-up figure per profile: some megabytes used of 3 GB.
+            let used = (number.bytes().map(u64::from).sum::<u64>() % 900) * 1024 * 1024;
+            json!({
+                "esimTranNo": number,
+                "dataUsage": used,
+                "totalData": 3_u64 * 1024 * 1024 * 1024,
+                "lastUpdateTime": chrono::Utc::now().to_rfc3339(),
+            })
+        })
+        .collect();
+    answer_ok(json!({ "esimUsageList": rows }))
 }

@@ -11,6 +11,7 @@ pub mod esims;
 pub mod keys;
 pub mod orders;
 pub mod partners;
+pub mod supplier_orders;
 
 use std::{path::Path, str::FromStr, time::Duration};
 

@@ -27,9 +27,13 @@ impl Supplier for Metered {
         &self,
         transaction_id: &str,
         package_code: &str,
+        count: u32,
     ) -> Result<String, SupplierError> {
         let started = Instant::now();
-        let result = self.inner.place_order(transaction_id, package_code).await;
+        let result = self
+            .inner
+            .place_order(transaction_id, package_code, count)
+            .await;
         supplier_call("place_order", supplier_outcome(&result), started.elapsed());
         result
     }
@@ -45,9 +49,9 @@ impl Supplier for Metered {
         result
     }
 
-    async fn usage(&self, iccid: &str) -> Result<Usage, SupplierError> {
+    async fn usage(&self, iccid: &str, esim_tran_no: Option<&str>) -> Result<Usage, SupplierError> {
         let started = Instant::now();
-        let result = self.inner.usage(iccid).await;
+        let result = self.inner.usage(iccid, esim_tran_no).await;
         supplier_call("usage", supplier_outcome(&result), started.elapsed());
         result
     }

@@ -19,7 +19,8 @@ pub const SANDBOX_SMDP: &str = "smdp.sandbox.esim-reseller.invalid";
 
 pub struct SandboxSupplier {
     slow: Duration,
-    orders: Mutex<HashMap<String, (Instant, String)>>,
+    /// Order number → (ready at, transaction id, count).
+    orders: Mutex<HashMap<String, (Instant, String, u32)>>,
 }
 
 impl SandboxSupplier {
@@ -51,7 +52,19 @@ pub fn profile_for(transaction_id: &str, smdp: &str) -> Profile {
     Profile {
         iccid: esim::iccid_from_serial("99", serial),
         activation_code: esim::activation_code(smdp, &matching),
+        esim_tran_no: Some(format!("T{}", hex::encode(&digest[20..28]))),
     }
+}
+
+/// The profiles of a supplier order: one per unit, each a deterministic
+/// function of the transaction id and its place in the order.
+pub fn profiles_for(transaction_id: &str, count: u32, smdp: &str) -> Vec<Profile> {
+    if count <= 1 {
+        return vec![profile_for(transaction_id, smdp)];
+    }
+    (1..=count)
+        .map(|n| profile_for(&format!("{transaction_id}#{n}"), smdp))
+        .collect()
 }
 
 #[async_trait]
@@ -60,6 +73,7 @@ impl Supplier for SandboxSupplier {
         &self,
         transaction_id: &str,
         package_code: &str,
+        count: u32,
     ) -> Result<String, SupplierError> {
         let fails = match package_code {
             "pl_sandbox_supplier_error" => true,
@@ -79,7 +93,7 @@ impl Supplier for SandboxSupplier {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(order_no.clone())
-            .or_insert((Instant::now() + delay, transaction_id.to_owned()));
+            .or_insert((Instant::now() + delay, transaction_id.to_owned(), count));
         Ok(order_no)
     }
 
@@ -92,15 +106,20 @@ impl Supplier for SandboxSupplier {
             .cloned();
         match entry {
             None => Err(SupplierError::Refused("unknown order".into())),
-            Some((ready_at, _)) if Instant::now() < ready_at => Ok(Allocation::Pending),
-            Some((_, transaction_id)) => Ok(Allocation::Ready(profile_for(
+            Some((ready_at, _, _)) if Instant::now() < ready_at => Ok(Allocation::Pending),
+            Some((_, transaction_id, count)) => Ok(Allocation::Ready(profiles_for(
                 &transaction_id,
+                count,
                 SANDBOX_SMDP,
             ))),
         }
     }
 
-    async fn usage(&self, _iccid: &str) -> Result<Usage, SupplierError> {
+    async fn usage(
+        &self,
+        _iccid: &str,
+        _esim_tran_no: Option<&str>,
+    ) -> Result<Usage, SupplierError> {
         Ok(Usage {
             data_used_mb: 0,
             data_total_mb: 0,

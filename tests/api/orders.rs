@@ -18,7 +18,7 @@ use std::{
 };
 
 use base64::{Engine, engine::general_purpose::STANDARD};
-use entities::{esim, float, idempotency_key, ledger_entry, order, order_unit};
+use entities::{esim, float, idempotency_key, ledger_entry, order, order_unit, supplier_order};
 use esim_reseller::domain::esim::is_valid_iccid;
 use rand::seq::SliceRandom;
 use reqwest::{Method, StatusCode};
@@ -1182,13 +1182,46 @@ async fn a_catalogue_price_change_after_acceptance_does_not_change_the_refund() 
     assert_ledger_matches_float(&app, &partner_id).await;
 }
 
+/// The supplier orders that carried an order's units, and what the
+/// simulated supplier saw.
+async fn supplier_orders_of(app: &TestApp, order_id: &str) -> Vec<supplier_order::Model> {
+    let units = order_unit::Entity::find()
+        .filter(order_unit::Column::OrderId.eq(order_id))
+        .all(&app.db)
+        .await
+        .unwrap();
+    let ids: HashSet<String> = units
+        .iter()
+        .filter_map(|u| u.supplier_txn_id.clone())
+        .collect();
+    supplier_order::Entity::find()
+        .filter(supplier_order::Column::Id.is_in(ids))
+        .all(&app.db)
+        .await
+        .unwrap()
+}
+
+async fn supplier_stats(app: &TestApp) -> Value {
+    let simulators = app.simulators.as_deref().expect("the simulators run");
+    let (status, body) = read(
+        app.client
+            .get(format!("{simulators}/sim/supplier/stats"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    body
+}
+
 #[tokio::test]
-async fn a_unit_that_cannot_be_placed_in_five_attempts_is_refunded_as_internal_error() {
+async fn a_supplier_unreachable_through_five_attempts_refunds_the_units_as_supplier_error() {
     let app = order_app().await;
     let (partner_id, secret) = live_partner(&app).await;
     fund(&app, &partner_id, 10_000).await;
-    // Five placements per unit, two units, and every call fails.
-    set_faults(&app, json!({ "fail_next": 10 })).await;
+    // Both units travel in one supplier order; its five placements all fail.
+    set_faults(&app, json!({ "fail_next": 5 })).await;
 
     let id = accepted(&app, &secret, &order_body(2)).await["id"]
         .as_str()
@@ -1197,7 +1230,7 @@ async fn a_unit_that_cannot_be_placed_in_five_attempts_is_refunded_as_internal_e
     let order = settled(&app, &secret, &id).await;
 
     assert_eq!(order["status"], "failed", "{order}");
-    assert_eq!(order["failure_code"], "internal_error");
+    assert_eq!(order["failure_code"], "supplier_error");
     assert_eq!(order["refunded_cents"], order["total_cents"]);
     assert_eq!(order["esims"], json!([]));
     assert_eq!(
@@ -1213,16 +1246,15 @@ async fn a_unit_that_cannot_be_placed_in_five_attempts_is_refunded_as_internal_e
         .sum();
     assert_eq!(net, 0);
     assert_eq!(rows_of(&ledger, &id, "refund").len(), 2);
-    let units = order_unit::Entity::find()
-        .filter(order_unit::Column::OrderId.eq(id.as_str()))
-        .all(&app.db)
-        .await
-        .unwrap();
-    assert!(
-        units
-            .iter()
-            .all(|u| u.attempts == 5 && u.status == "refunded"),
-        "{units:?}"
+    let carriers = supplier_orders_of(&app, &id).await;
+    assert_eq!(carriers.len(), 1, "{carriers:?}");
+    assert_eq!(carriers[0].unit_count, 2);
+    assert_eq!(carriers[0].attempts, 5);
+    assert_eq!(carriers[0].status, "failed");
+    assert_eq!(
+        supplier_stats(&app).await["orders"],
+        0,
+        "nothing was bought"
     );
     assert_ledger_matches_float(&app, &partner_id).await;
 }
@@ -1252,16 +1284,120 @@ async fn a_supplier_answer_later_than_the_time_out_is_retried_without_placing_tw
     assert_ne!(iccids[0], iccids[1]);
     assert_eq!(order["refunded_cents"], 0);
     assert_eq!(balance(&app, &secret).await, 10_000 - 2 * BRONZE_UNIT);
-    let units = order_unit::Entity::find()
-        .filter(order_unit::Column::OrderId.eq(id.as_str()))
-        .all(&app.db)
-        .await
-        .unwrap();
+    let carriers = supplier_orders_of(&app, &id).await;
+    assert_eq!(carriers.len(), 1, "{carriers:?}");
     assert!(
-        units.iter().all(|u| u.last_error.is_some()),
-        "each unit's first placement timed out: {units:?}"
+        carriers[0].attempts >= 1 && carriers[0].last_error.is_some(),
+        "the first placement timed out: {carriers:?}"
     );
+    let stats = supplier_stats(&app).await;
+    assert_eq!(
+        stats["orders"], 1,
+        "one supplier order, asked again: {stats}"
+    );
+    assert_eq!(stats["profiles"], 2, "{stats}");
     assert_ledger_matches_float(&app, &partner_id).await;
+}
+
+#[tokio::test]
+async fn a_busy_answer_after_the_supplier_took_the_order_is_asked_again_under_the_same_id() {
+    let app = order_app().await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 10_000).await;
+    // 900001 "system busy" after the order was taken: refunding would lose
+    // the profiles bought; asking again under the same id finds them.
+    set_faults(&app, json!({ "busy_next": 1 })).await;
+
+    let id = accepted(&app, &secret, &order_body(1)).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let order = settled(&app, &secret, &id).await;
+
+    assert_eq!(order["status"], "completed", "{order}");
+    assert_eq!(iccids_of(&order["esims"]).len(), 1);
+    let stats = supplier_stats(&app).await;
+    assert_eq!(stats["orders"], 1, "{stats}");
+    assert_eq!(balance(&app, &secret).await, 10_000 - BRONZE_UNIT);
+    assert_ledger_matches_float(&app, &partner_id).await;
+}
+
+#[tokio::test]
+async fn a_refusal_for_insufficient_supplier_balance_refunds_at_once() {
+    let app = order_app().await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 10_000).await;
+    set_faults(&app, json!({ "reject_next": 1, "reject_code": "200007" })).await;
+
+    let id = accepted(&app, &secret, &order_body(2)).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let order = settled(&app, &secret, &id).await;
+
+    assert_eq!(order["status"], "failed", "{order}");
+    assert_eq!(order["failure_code"], "supplier_error");
+    assert_eq!(order["refunded_cents"], 2 * BRONZE_UNIT);
+    let carriers = supplier_orders_of(&app, &id).await;
+    assert_eq!(carriers[0].attempts, 0, "a refusal is not retried");
+    assert!(
+        carriers[0]
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("200007"),
+        "{carriers:?}"
+    );
+    assert_eq!(balance(&app, &secret).await, 10_000);
+    assert_ledger_matches_float(&app, &partner_id).await;
+}
+
+#[tokio::test]
+async fn units_of_concurrent_orders_of_several_partners_share_supplier_orders() {
+    let app = order_app_with(&[("supplier.batch_window_ms", "300")]).await;
+    let mut partners = Vec::new();
+    for _ in 0..3 {
+        let (partner_id, secret) = live_partner(&app).await;
+        fund(&app, &partner_id, 10_000).await;
+        partners.push((partner_id, secret));
+    }
+    let orders = futures::future::join_all(partners.iter().map(|(_, secret)| {
+        let app = &app;
+        async move {
+            accepted(app, secret, &order_body(3)).await["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    }))
+    .await;
+    let mut iccids = HashSet::new();
+    for ((_, secret), id) in partners.iter().zip(&orders) {
+        let order = settled(&app, secret, id).await;
+        assert_eq!(order["status"], "completed", "{order}");
+        iccids.extend(iccids_of(&order["esims"]));
+    }
+    assert_eq!(iccids.len(), 9, "every unit its own profile");
+    let carriers: HashSet<String> = {
+        let mut all = HashSet::new();
+        for id in &orders {
+            all.extend(supplier_orders_of(&app, id).await.into_iter().map(|c| c.id));
+        }
+        all
+    };
+    let stats = supplier_stats(&app).await;
+    assert!(
+        carriers.len() < 3,
+        "nine units of three partners in fewer supplier orders than orders: {carriers:?}"
+    );
+    assert_eq!(
+        stats["orders"].as_u64(),
+        Some(carriers.len() as u64),
+        "{stats}"
+    );
+    for (partner_id, _) in &partners {
+        assert_ledger_matches_float(&app, partner_id).await;
+    }
 }
 
 #[tokio::test]

@@ -1,0 +1,480 @@
+//! Supplier orders on this node: the placer that gathers pending units of
+//! many orders (and partners) into supplier orders, and one driver per
+//! supplier order that places it and waits for its profiles.
+//!
+//! A supplier order is written down with the units it carries before the
+//! supplier is called ([`store::supplier_orders::open`]); its id is the
+//! supplier's `transactionId`. Its driver then:
+//!
+//! 1. places it, retrying transient failures under the same transaction id
+//!    (the supplier answers a repeated id with the same order), until the
+//!    supplier answers an order number, refuses for good, or the deadline or
+//!    the attempts run out;
+//! 2. waits for the profiles: woken by the supplier's `ORDER_STATUS`
+//!    webhook ([`SupplierOrders::wake`]), or polling with backoff as the
+//!    fallback.
+//!
+//! Every order pass that carries units in it awaits the same driver, and
+//! deals itself the profiles of its own units: the carried units sorted by
+//! id get the profiles sorted by ICCID, one each, so any node dealing the
+//! same supplier order deals it the same way.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use chrono::Utc;
+use entities::supplier_order;
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+
+use crate::{
+    domain::{order::FailureCode, partner::Mode, time},
+    store::{self, Db, supplier_orders as rows},
+    supplier::{Allocation, Profile, Supplier, SupplierError},
+};
+
+/// What the supplier orders need.
+#[derive(Clone)]
+pub struct SupplierOrdersArgs {
+    pub db: Db,
+    pub live: Arc<dyn Supplier>,
+    pub sandbox: Arc<dyn Supplier>,
+    /// Most units one live supplier order carries (sandbox orders carry one,
+    /// so that each sandbox fixture unit keeps its own fate).
+    pub batch_size: usize,
+    /// How long the placer waits for more units before writing supplier
+    /// orders down.
+    pub batch_window: Duration,
+    /// Placement calls of a supplier order before its units are refunded.
+    pub max_attempts: i32,
+    /// Pause before the n-th placement retry: n times this.
+    pub retry_backoff: Duration,
+    /// First pause between allocation polls; doubled up to `max_poll_interval`.
+    pub poll_interval: Duration,
+    pub max_poll_interval: Duration,
+    /// Longest a supplier order may take, from being written down to its
+    /// profiles, before its undelivered units are refunded.
+    pub deadline: Duration,
+    pub node_id: Arc<str>,
+}
+
+/// How a supplier order ended, as its carriers see it.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// The profiles allocated, sorted by ICCID (fewer than the units only if
+    /// the deadline passed first).
+    Profiles(Arc<Vec<Profile>>),
+    /// Nothing will be delivered.
+    Failed { code: FailureCode, reason: String },
+    /// Not settled now (the database could not be reached): try again later.
+    Later(String),
+}
+
+/// A request to carry some units.
+struct PlaceRequest {
+    mode: Mode,
+    package_code: String,
+    unit_ids: Vec<String>,
+    reply: oneshot::Sender<Result<HashMap<String, String>, String>>,
+}
+
+/// The supplier orders of this node.
+#[derive(Clone)]
+pub struct SupplierOrders {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    args: SupplierOrdersArgs,
+    placer: mpsc::Sender<PlaceRequest>,
+    /// Drivers running or recently finished, by transaction id.
+    drivers: Mutex<HashMap<String, Driver>>,
+    /// Wake-ups of drivers waiting for profiles, by supplier order number.
+    wakers: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+struct Driver {
+    outcome: watch::Receiver<Option<Outcome>>,
+    started: std::time::Instant,
+}
+
+/// Finished drivers are remembered this long, so that late carriers of the
+/// same supplier order do not ask the supplier again.
+const REMEMBER_FINISHED: Duration = Duration::from_secs(600);
+
+impl SupplierOrders {
+    /// Starts the placer task.
+    pub fn start(args: SupplierOrdersArgs) -> Self {
+        let (placer, requests) = mpsc::channel(4096);
+        let inner = Arc::new(Inner {
+            args,
+            placer,
+            drivers: Mutex::default(),
+            wakers: Mutex::default(),
+        });
+        tokio::spawn(placer_loop(inner.args.clone(), requests));
+        Self { inner }
+    }
+
+    /// Puts units in supplier orders (with units of other orders waiting at
+    /// the same time); returns each unit's transaction id.
+    pub async fn carry(
+        &self,
+        mode: Mode,
+        package_code: &str,
+        unit_ids: Vec<String>,
+    ) -> Result<HashMap<String, String>, String> {
+        let (reply, answer) = oneshot::channel();
+        let request = PlaceRequest {
+            mode,
+            package_code: package_code.to_owned(),
+            unit_ids,
+            reply,
+        };
+        self.inner
+            .placer
+            .send(request)
+            .await
+            .map_err(|_| "the placer stopped".to_owned())?;
+        answer.await.map_err(|_| "the placer stopped".to_owned())?
+    }
+
+    /// Waits for a supplier order to end, starting its driver on this node
+    /// if none runs.
+    pub async fn outcome(&self, transaction_id: &str) -> Outcome {
+        let mut receiver = self.driver(transaction_id);
+        loop {
+            if let Some(outcome) = receiver.borrow_and_update().clone() {
+                return outcome;
+            }
+            if receiver.changed().await.is_err() {
+                return Outcome::Later("the supplier order's driver stopped".into());
+            }
+        }
+    }
+
+    fn driver(&self, transaction_id: &str) -> watch::Receiver<Option<Outcome>> {
+        let mut drivers = lock(&self.inner.drivers);
+        if let Some(driver) = drivers.get(transaction_id) {
+            // A driver that ended with `Later` is started again.
+            let retry = matches!(&*driver.outcome.borrow(), Some(Outcome::Later(_)));
+            if !retry {
+                return driver.outcome.clone();
+            }
+        }
+        drivers
+            .retain(|_, d| d.outcome.borrow().is_none() || d.started.elapsed() < REMEMBER_FINISHED);
+        let (sender, receiver) = watch::channel(None);
+        drivers.insert(
+            transaction_id.to_owned(),
+            Driver {
+                outcome: receiver.clone(),
+                started: std::time::Instant::now(),
+            },
+        );
+        let inner = self.inner.clone();
+        let id = transaction_id.to_owned();
+        tokio::spawn(async move {
+            let outcome = drive(&inner, &id).await;
+            let _ = sender.send(Some(outcome));
+        });
+        receiver
+    }
+
+    /// The supplier said the profiles of `order_no` are ready: wake its
+    /// driver if it runs here. Returns whether one was woken.
+    pub fn wake(&self, order_no: &str) -> bool {
+        match lock(&self.inner.wakers).get(order_no) {
+            Some(notify) => {
+                notify.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+// ------------------------------------------------------------------ placer
+
+async fn placer_loop(args: SupplierOrdersArgs, mut requests: mpsc::Receiver<PlaceRequest>) {
+    while let Some(first) = requests.recv().await {
+        let mut gathered = vec![first];
+        let until = tokio::time::Instant::now() + args.batch_window;
+        let enough = args.batch_size.max(1) * 8;
+        while gathered.iter().map(|r| r.unit_ids.len()).sum::<usize>() < enough {
+            match tokio::time::timeout_at(until, requests.recv()).await {
+                Ok(Some(request)) => gathered.push(request),
+                _ => break,
+            }
+        }
+        write_down(&args, gathered).await;
+    }
+}
+
+/// Groups the gathered units by mode and package, cuts them into supplier
+/// orders, writes those down, and answers every request.
+async fn write_down(args: &SupplierOrdersArgs, gathered: Vec<PlaceRequest>) {
+    let mut groups: HashMap<(Mode, String), Vec<String>> = HashMap::new();
+    for request in &gathered {
+        groups
+            .entry((request.mode, request.package_code.clone()))
+            .or_default()
+            .extend(request.unit_ids.iter().cloned());
+    }
+    let mut carried: HashMap<String, Result<String, String>> = HashMap::new();
+    for ((mode, package_code), unit_ids) in groups {
+        let size = match mode {
+            Mode::Live => args.batch_size.max(1),
+            Mode::Sandbox => 1,
+        };
+        for chunk in unit_ids.chunks(size) {
+            let result = open(args, mode, &package_code, chunk).await;
+            for unit in chunk {
+                carried.insert(unit.clone(), result.clone());
+            }
+        }
+    }
+    for request in gathered {
+        let answer: Result<HashMap<String, String>, String> = request
+            .unit_ids
+            .iter()
+            .map(|unit| {
+                let txn = carried
+                    .get(unit)
+                    .cloned()
+                    .unwrap_or_else(|| Err("not carried".into()))?;
+                Ok((unit.clone(), txn))
+            })
+            .collect();
+        let _ = request.reply.send(answer);
+    }
+}
+
+/// Writes one supplier order down with its units, in one transaction.
+async fn open(
+    args: &SupplierOrdersArgs,
+    mode: Mode,
+    package_code: &str,
+    unit_ids: &[String],
+) -> Result<String, String> {
+    // A sandbox unit is its own supplier order, named after it.
+    let id = match (mode, unit_ids) {
+        (Mode::Sandbox, [only]) => only.clone(),
+        _ => format!("so_{}", uuid::Uuid::now_v7().simple()),
+    };
+    let now = time::now();
+    let row = supplier_order::Model {
+        id: id.clone(),
+        mode: mode.as_str().to_owned(),
+        package_code: package_code.to_owned(),
+        unit_count: unit_ids.len() as i32,
+        order_no: None,
+        status: rows::PLACING.to_owned(),
+        attempts: 0,
+        last_error: None,
+        node_id: args.node_id.to_string(),
+        created_at: now,
+        updated_at: now,
+    };
+    let written = async {
+        let txn = store::begin_write(&args.db).await?;
+        if rows::open(&txn, row, unit_ids).await? {
+            txn.commit().await?;
+            Ok(true)
+        } else {
+            txn.rollback().await?;
+            Ok::<bool, sea_orm::DbErr>(false)
+        }
+    };
+    match written.await {
+        Ok(true) => {
+            crate::metrics::supplier_order_opened(mode.as_str(), unit_ids.len());
+            tracing::info!(transaction_id = %id, mode = mode.as_str(), package_code, units = unit_ids.len(), "supplier order written down");
+            Ok(id)
+        }
+        Ok(false) => Err("a unit is already carried by another supplier order".into()),
+        Err(err) => Err(format!("writing the supplier order down: {err}")),
+    }
+}
+
+// ------------------------------------------------------------------ driver
+
+/// Carries one supplier order to its end.
+#[tracing::instrument(skip_all, fields(transaction_id = %id))]
+async fn drive(inner: &Inner, id: &str) -> Outcome {
+    let args = &inner.args;
+    let row = match rows::get(&args.db, id).await {
+        Ok(Some(row)) => row,
+        Ok(None) => {
+            return Outcome::Failed {
+                code: FailureCode::InternalError,
+                reason: format!("supplier order {id} was never written down"),
+            };
+        }
+        Err(err) => return Outcome::Later(err.to_string()),
+    };
+    if row.status == rows::FAILED {
+        return Outcome::Failed {
+            code: FailureCode::SupplierError,
+            reason: row.last_error.unwrap_or_default(),
+        };
+    }
+    let supplier = match Mode::parse(&row.mode) {
+        Some(Mode::Live) => args.live.clone(),
+        _ => args.sandbox.clone(),
+    };
+    let deadline = row.created_at
+        + chrono::Duration::from_std(args.deadline).unwrap_or(chrono::Duration::seconds(92));
+    let order_no = match row.order_no.clone() {
+        Some(order_no) => order_no,
+        None => match place(args, supplier.as_ref(), &row, deadline).await {
+            Ok(order_no) => order_no,
+            Err(outcome) => return outcome,
+        },
+    };
+    let notify = Arc::new(Notify::new());
+    lock(&inner.wakers).insert(order_no.clone(), notify.clone());
+    let outcome = await_profiles(args, supplier.as_ref(), &row, &order_no, deadline, &notify).await;
+    lock(&inner.wakers).remove(&order_no);
+    outcome
+}
+
+/// Places the supplier order under its transaction id until the supplier
+/// answers an order number or settles that it will not.
+async fn place(
+    args: &SupplierOrdersArgs,
+    supplier: &dyn Supplier,
+    row: &supplier_order::Model,
+    deadline: chrono::DateTime<Utc>,
+) -> Result<String, Outcome> {
+    let mut attempts = row.attempts;
+    loop {
+        if attempts >= args.max_attempts || time::now() >= deadline {
+            let reason = format!(
+                "the supplier did not take the order in {attempts} attempts: {}",
+                row.last_error.as_deref().unwrap_or("no answer")
+            );
+            return Err(fail(args, &row.id, FailureCode::SupplierError, reason).await);
+        }
+        let count = u32::try_from(row.unit_count).unwrap_or(1);
+        match supplier
+            .place_order(&row.id, &row.package_code, count)
+            .await
+        {
+            Ok(order_no) => {
+                if let Err(err) = rows::placed(&args.db, &row.id, &order_no, time::now()).await {
+                    // Not written down: the next driver asks again under the
+                    // same transaction id and gets the same order number.
+                    return Err(Outcome::Later(err.to_string()));
+                }
+                tracing::info!(transaction_id = %row.id, order_no, units = count, "supplier order placed");
+                return Ok(order_no);
+            }
+            Err(SupplierError::Refused(reason)) => {
+                tracing::warn!(transaction_id = %row.id, reason, "supplier refused the order");
+                return Err(fail(args, &row.id, FailureCode::SupplierError, reason).await);
+            }
+            Err(SupplierError::Transient(reason)) => {
+                tracing::warn!(transaction_id = %row.id, attempts, reason, "supplier order attempt failed; asking again under the same transaction id");
+                attempts = match rows::failed_attempt(&args.db, &row.id, &reason, time::now()).await
+                {
+                    Ok(n) => n,
+                    Err(err) => return Err(Outcome::Later(err.to_string())),
+                };
+                if attempts < args.max_attempts {
+                    tokio::time::sleep(args.retry_backoff * attempts.max(1) as u32).await;
+                }
+            }
+        }
+    }
+}
+
+/// Waits for the profiles of a placed supplier order.
+async fn await_profiles(
+    args: &SupplierOrdersArgs,
+    supplier: &dyn Supplier,
+    row: &supplier_order::Model,
+    order_no: &str,
+    deadline: chrono::DateTime<Utc>,
+    woken: &Notify,
+) -> Outcome {
+    let wanted = usize::try_from(row.unit_count).unwrap_or(1);
+    let mut pause = args.poll_interval;
+    let mut seen: Vec<Profile> = Vec::new();
+    if row.mode == Mode::Live.as_str() {
+        // A real allocation takes a while: the first question waits for the
+        // supplier's webhook or one poll interval instead of being wasted.
+        tokio::select! {
+            _ = woken.notified() => {}
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+    loop {
+        match supplier.query(order_no).await {
+            Ok(Allocation::Ready(profiles)) if profiles.len() >= wanted => {
+                let _ = rows::finish(&args.db, &row.id, rows::ALLOCATED, None, time::now()).await;
+                return Outcome::Profiles(Arc::new(sorted(profiles)));
+            }
+            Ok(Allocation::Ready(profiles)) => seen = profiles,
+            Ok(Allocation::Pending) => {}
+            Err(SupplierError::Transient(reason)) => {
+                tracing::debug!(order_no, reason, "allocation query failed; asking again");
+            }
+            Err(SupplierError::Refused(reason)) => {
+                tracing::warn!(order_no, reason, "supplier refused the allocation");
+                return fail(args, &row.id, FailureCode::SupplierError, reason).await;
+            }
+        }
+        if time::now() >= deadline {
+            tracing::warn!(
+                order_no,
+                delivered = seen.len(),
+                wanted,
+                "allocation did not finish within the provisioning deadline"
+            );
+            if seen.is_empty() {
+                return fail(
+                    args,
+                    &row.id,
+                    FailureCode::SupplierError,
+                    "allocation did not finish within the deadline".into(),
+                )
+                .await;
+            }
+            let _ = rows::finish(
+                &args.db,
+                &row.id,
+                rows::ALLOCATED,
+                Some("short at the deadline"),
+                time::now(),
+            )
+            .await;
+            return Outcome::Profiles(Arc::new(sorted(seen)));
+        }
+        let left = (deadline - time::now()).to_std().unwrap_or_default();
+        tokio::select! {
+            _ = woken.notified() => {}
+            _ = tokio::time::sleep(pause.min(left)) => {}
+        }
+        pause = (pause * 2).min(args.max_poll_interval);
+    }
+}
+
+fn sorted(mut profiles: Vec<Profile>) -> Vec<Profile> {
+    profiles.sort_by(|a, b| a.iccid.cmp(&b.iccid));
+    profiles.dedup_by(|a, b| a.iccid == b.iccid);
+    profiles
+}
+
+async fn fail(args: &SupplierOrdersArgs, id: &str, code: FailureCode, reason: String) -> Outcome {
+    if let Err(err) = rows::finish(&args.db, id, rows::FAILED, Some(&reason), time::now()).await {
+        return Outcome::Later(err.to_string());
+    }
+    Outcome::Failed { code, reason }
+}
