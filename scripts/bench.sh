@@ -17,12 +17,17 @@ stop_server() { [ -n "$server" ] && kill -TERM "$server" 2>/dev/null && wait "$s
 trap stop_server EXIT
 
 lift="100000000"
-start_server() { # start_server <database url> <commit mode>
-  env ESIM__DATABASE__URL="$1" ESIM__STORE__COMMIT_MODE="$2" ESIM__LOG__LEVEL=warn \
+start_server() { # start_server <database url> <commit mode> [VAR=value ...]
+  local url="$1" mode="$2"; shift 2
+  # The supplier's rate limit is lifted (simulator and our gate) unless the
+  # caller sets it: these runs measure this service's own speed.
+  # Later assignments win: the caller's come last.
+  env ESIM__SIMULATORS__SUPPLIER_RATE_LIMIT=0 ESIM__SUPPLIER__REQUESTS_PER_SECOND=0 \
+    ESIM__DATABASE__URL="$url" ESIM__STORE__COMMIT_MODE="$mode" ESIM__LOG__LEVEL=warn \
     ESIM__HTTP__PUBLIC_ADDR=127.0.0.1:18580 ESIM__HTTP__OPERATOR_ADDR=127.0.0.1:18581 ESIM__SIMULATORS__ADDR=127.0.0.1:18590 \
     ESIM__SIMULATORS__SUPPLIER_LATENCY_MS=0 ESIM__SUPPLIER__POLL_INTERVAL_MS=20 ESIM__PROVISIONING__CONCURRENCY=256 \
     ESIM__RATE_LIMIT__BANDS__GOLD__WRITE__LIMIT=$lift ESIM__RATE_LIMIT__BANDS__GOLD__READ__LIMIT=$lift \
-    ESIM__RATE_LIMIT__BANDS__GOLD__CATALOGUE__LIMIT=$lift \
+    ESIM__RATE_LIMIT__BANDS__GOLD__CATALOGUE__LIMIT=$lift "$@" \
     "$bin" serve > "$work/serve.log" 2>&1 &
   server=$!
   for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18580/partner/v1/health >/dev/null && return 0; sleep 0.2; done
@@ -53,6 +58,22 @@ for database in "${databases[@]}"; do
     done
   done
 done
+
+# The supplier at its documented rate limit: the simulator enforces 8
+# requests/s as eSIM Access documents, our gate keeps to it, and profiles take
+# SUPPLIER_LATENCY_MS to allocate. An open loop of SUPPLIER_RATE orders/s from
+# 20 partners; then what the supplier saw: requests per settled unit (goal
+# <= 0.2 under load), requests refused for the rate (goal 0), its busiest
+# second, and no unit refunded.
+SUPPLIER_RATE="${SUPPLIER_RATE:-80}"
+SUPPLIER_LATENCY_MS="${SUPPLIER_LATENCY_MS:-1000}"
+start_server "sqlite://$work/supplier.db?mode=rwc" batch \
+  ESIM__SIMULATORS__SUPPLIER_RATE_LIMIT=8 ESIM__SUPPLIER__REQUESTS_PER_SECOND=8 \
+  ESIM__SIMULATORS__SUPPLIER_LATENCY_MS="$SUPPLIER_LATENCY_MS" ESIM__SUPPLIER__POLL_INTERVAL_MS=500
+result=$(load --partners 20 --rate "$SUPPLIER_RATE" --duration "$DURATION" --concurrency 64)
+stats=$(curl -sf http://127.0.0.1:18590/sim/supplier/stats)
+echo "{\"supplier\":\"rate-limited 8/s, latency ${SUPPLIER_LATENCY_MS} ms, ${SUPPLIER_RATE} orders/s offered\",\"result\":$result,\"supplier_stats\":$stats,\"requests_per_settled_unit\":$(jq -n --argjson s "$stats" '($s.requests / ([$s.profiles,1]|max)) * 1000 | round / 1000')}"
+stop_server
 
 # Memory: idle, then after touching many partners (one /me each).
 start_server "sqlite://$work/mem.db?mode=rwc" batch

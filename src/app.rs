@@ -231,6 +231,10 @@ impl Application {
             sandbox: suppliers.sandbox.clone(),
             batch_size: settings.supplier.batch_size,
             batch_window: Duration::from_millis(settings.supplier.batch_window_ms),
+            placements_in_flight: match settings.supplier.requests_per_second {
+                0 => 64,
+                rate => (rate as usize / 4).max(1),
+            },
             max_attempts: settings.supplier.max_attempts,
             retry_backoff: Duration::from_millis(settings.supplier.retry_backoff_ms),
             poll_interval: Duration::from_millis(settings.supplier.poll_interval_ms),

@@ -643,6 +643,7 @@ async fn check(
         failures.push("orders still processing after the settle timeout".to_owned());
     }
     let mut per_partner = Vec::new();
+    let mut refunded_total = 0_i64;
     for (index, partner) in partners.iter().enumerate() {
         let ledger = whole_ledger(http, args, partner).await?;
         let sum: i64 = ledger
@@ -659,6 +660,7 @@ async fn check(
             .iter()
             .filter(|r| r["balance_after_cents"].as_i64().is_some_and(|b| b < 0))
             .count();
+        refunded_total += refunds;
         let balance = balance(http, args, partner).await?.unwrap_or(i64::MIN);
         let accepted = observed.accepted.get(&index).map_or(0, HashSet::len);
         if balance != sum {
@@ -685,7 +687,7 @@ async fn check(
     }
     Ok(Verdict {
         pass: failures.is_empty(),
-        details: json!({ "failures": failures, "partners": per_partner }),
+        details: json!({ "failures": failures, "refunded_cents_total": refunded_total, "partners": per_partner }),
     })
 }
 

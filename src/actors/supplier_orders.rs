@@ -45,8 +45,12 @@ pub struct SupplierOrdersArgs {
     /// so that each sandbox fixture unit keeps its own fate).
     pub batch_size: usize,
     /// How long the placer waits for more units before writing supplier
-    /// orders down.
+    /// orders down (longer while every placement slot is busy).
     pub batch_window: Duration,
+    /// Live supplier orders being placed at once. While all are busy, units
+    /// keep gathering into fuller supplier orders instead of queueing at the
+    /// supplier's rate limit one small order each.
+    pub placements_in_flight: usize,
     /// Placement calls of a supplier order before its units are refunded.
     pub max_attempts: i32,
     /// Pause before the n-th placement retry: n times this.
@@ -88,6 +92,8 @@ pub struct SupplierOrders {
 
 struct Inner {
     args: SupplierOrdersArgs,
+    /// Slots of live placements under way.
+    placing: Arc<tokio::sync::Semaphore>,
     placer: mpsc::Sender<PlaceRequest>,
     /// Drivers running or recently finished, by transaction id.
     drivers: Mutex<HashMap<String, Driver>>,
@@ -108,13 +114,17 @@ impl SupplierOrders {
     /// Starts the placer task.
     pub fn start(args: SupplierOrdersArgs) -> Self {
         let (placer, requests) = mpsc::channel(4096);
+        let placing = Arc::new(tokio::sync::Semaphore::new(
+            args.placements_in_flight.max(1),
+        ));
         let inner = Arc::new(Inner {
             args,
+            placing: placing.clone(),
             placer,
             drivers: Mutex::default(),
             wakers: Mutex::default(),
         });
-        tokio::spawn(placer_loop(inner.args.clone(), requests));
+        tokio::spawn(placer_loop(inner.args.clone(), placing, requests));
         Self { inner }
     }
 
@@ -202,15 +212,43 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 // ------------------------------------------------------------------ placer
 
-async fn placer_loop(args: SupplierOrdersArgs, mut requests: mpsc::Receiver<PlaceRequest>) {
+/// How often a placer waiting for a free placement slot looks again.
+const SLOT_CHECK: Duration = Duration::from_millis(10);
+
+async fn placer_loop(
+    args: SupplierOrdersArgs,
+    placing: Arc<tokio::sync::Semaphore>,
+    mut requests: mpsc::Receiver<PlaceRequest>,
+) {
+    let full = args.batch_size.max(1);
     while let Some(first) = requests.recv().await {
         let mut gathered = vec![first];
-        let until = tokio::time::Instant::now() + args.batch_window;
-        let enough = args.batch_size.max(1) * 8;
-        while gathered.iter().map(|r| r.unit_ids.len()).sum::<usize>() < enough {
+        let window_ends = tokio::time::Instant::now() + args.batch_window;
+        loop {
+            let live_units: usize = gathered
+                .iter()
+                .filter(|r| r.mode == Mode::Live)
+                .map(|r| r.unit_ids.len())
+                .sum();
+            let sandbox_only = live_units == 0;
+            if live_units >= full {
+                break;
+            }
+            let now = tokio::time::Instant::now();
+            // Past the window, write down as soon as a placement slot is
+            // free (at once for sandbox units: they are not rate-limited).
+            if now >= window_ends && (sandbox_only || placing.available_permits() > 0) {
+                break;
+            }
+            let until = if now >= window_ends {
+                now + SLOT_CHECK
+            } else {
+                window_ends
+            };
             match tokio::time::timeout_at(until, requests.recv()).await {
                 Ok(Some(request)) => gathered.push(request),
-                _ => break,
+                Ok(None) => break,
+                Err(_) => {}
             }
         }
         write_down(&args, gathered).await;
@@ -333,7 +371,7 @@ async fn drive(inner: &Inner, id: &str) -> Outcome {
         + chrono::Duration::from_std(args.deadline).unwrap_or(chrono::Duration::seconds(92));
     let order_no = match row.order_no.clone() {
         Some(order_no) => order_no,
-        None => match place(args, supplier.as_ref(), &row, deadline).await {
+        None => match place_in_slot(inner, supplier.as_ref(), &row, deadline).await {
             Ok(order_no) => order_no,
             Err(outcome) => return outcome,
         },
@@ -343,6 +381,20 @@ async fn drive(inner: &Inner, id: &str) -> Outcome {
     let outcome = await_profiles(args, supplier.as_ref(), &row, &order_no, deadline, &notify).await;
     lock(&inner.wakers).remove(&order_no);
     outcome
+}
+
+/// Places a live supplier order in one of the placement slots.
+async fn place_in_slot(
+    inner: &Inner,
+    supplier: &dyn Supplier,
+    row: &supplier_order::Model,
+    deadline: chrono::DateTime<Utc>,
+) -> Result<String, Outcome> {
+    let _slot = match row.mode == Mode::Live.as_str() {
+        true => inner.placing.clone().acquire_owned().await.ok(),
+        false => None,
+    };
+    place(&inner.args, supplier, row, deadline).await
 }
 
 /// Places the supplier order under its transaction id until the supplier
