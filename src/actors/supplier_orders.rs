@@ -99,7 +99,13 @@ struct Inner {
     drivers: Mutex<HashMap<String, Driver>>,
     /// Wake-ups of drivers waiting for profiles, by supplier order number.
     wakers: Mutex<HashMap<String, Arc<Notify>>>,
+    /// When the supplier's webhook last woke a driver here.
+    last_webhook: Mutex<Option<std::time::Instant>>,
 }
+
+/// While webhooks arrived this recently, a driver waits for one (up to the
+/// longest poll interval) before its first question, instead of asking early.
+const WEBHOOKS_FLOWING: Duration = Duration::from_secs(120);
 
 struct Driver {
     outcome: watch::Receiver<Option<Outcome>>,
@@ -123,6 +129,7 @@ impl SupplierOrders {
             placer,
             drivers: Mutex::default(),
             wakers: Mutex::default(),
+            last_webhook: Mutex::default(),
         });
         tokio::spawn(placer_loop(inner.args.clone(), placing, requests));
         Self { inner }
@@ -199,6 +206,7 @@ impl SupplierOrders {
         match lock(&self.inner.wakers).get(order_no) {
             Some(notify) => {
                 notify.notify_one();
+                *lock(&self.inner.last_webhook) = Some(std::time::Instant::now());
                 true
             }
             None => false,
@@ -378,7 +386,25 @@ async fn drive(inner: &Inner, id: &str) -> Outcome {
     };
     let notify = Arc::new(Notify::new());
     lock(&inner.wakers).insert(order_no.clone(), notify.clone());
-    let outcome = await_profiles(args, supplier.as_ref(), &row, &order_no, deadline, &notify).await;
+    let webhooks_flowing =
+        lock(&inner.last_webhook).is_some_and(|at| at.elapsed() < WEBHOOKS_FLOWING);
+    let first_wait = match (row.mode == Mode::Live.as_str(), webhooks_flowing) {
+        (false, _) => Duration::ZERO,
+        (true, true) => args.max_poll_interval,
+        (true, false) => args.poll_interval,
+    };
+    let outcome = await_profiles(
+        args,
+        supplier.as_ref(),
+        &row,
+        &order_no,
+        Wait {
+            deadline,
+            first: first_wait,
+            woken: &notify,
+        },
+    )
+    .await;
     lock(&inner.wakers).remove(&order_no);
     outcome
 }
@@ -447,24 +473,35 @@ async fn place(
     }
 }
 
+/// How a driver waits for profiles.
+struct Wait<'a> {
+    deadline: chrono::DateTime<Utc>,
+    /// Before the first question: a real allocation takes a while, and the
+    /// supplier's webhook usually says when it is done.
+    first: Duration,
+    woken: &'a Notify,
+}
+
 /// Waits for the profiles of a placed supplier order.
 async fn await_profiles(
     args: &SupplierOrdersArgs,
     supplier: &dyn Supplier,
     row: &supplier_order::Model,
     order_no: &str,
-    deadline: chrono::DateTime<Utc>,
-    woken: &Notify,
+    wait: Wait<'_>,
 ) -> Outcome {
+    let Wait {
+        deadline,
+        first,
+        woken,
+    } = wait;
     let wanted = usize::try_from(row.unit_count).unwrap_or(1);
     let mut pause = args.poll_interval;
     let mut seen: Vec<Profile> = Vec::new();
-    if row.mode == Mode::Live.as_str() {
-        // A real allocation takes a while: the first question waits for the
-        // supplier's webhook or one poll interval instead of being wasted.
+    if !first.is_zero() {
         tokio::select! {
             _ = woken.notified() => {}
-            _ = tokio::time::sleep(pause) => {}
+            _ = tokio::time::sleep(first) => {}
         }
     }
     loop {
