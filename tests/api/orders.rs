@@ -1215,19 +1215,26 @@ async fn supplier_stats(app: &TestApp) -> Value {
     body
 }
 
-#[tokio::test]
-async fn a_supplier_unreachable_through_five_attempts_refunds_the_units_as_supplier_error() {
-    let app = order_app().await;
-    let (partner_id, secret) = live_partner(&app).await;
-    fund(&app, &partner_id, 10_000).await;
-    // Both units travel in one supplier order; its five placements all fail.
-    set_faults(&app, json!({ "fail_next": 5 })).await;
-
-    let id = accepted(&app, &secret, &order_body(2)).await["id"]
+/// A funded live partner orders `quantity` units; returns the partner, its
+/// key, the order id and the order once settled.
+async fn order_settled(app: &TestApp, quantity: i64) -> (String, String, String, Value) {
+    let (partner_id, secret) = live_partner(app).await;
+    fund(app, &partner_id, 10_000).await;
+    let id = accepted(app, &secret, &order_body(quantity)).await["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let order = settled(&app, &secret, &id).await;
+    let order = settled(app, &secret, &id).await;
+    (partner_id, secret, id, order)
+}
+
+#[tokio::test]
+async fn a_supplier_unreachable_through_five_attempts_refunds_the_units_as_supplier_error() {
+    let app = order_app().await;
+    // Both units travel in one supplier order; its five placements all fail.
+    set_faults(&app, json!({ "fail_next": 5 })).await;
+
+    let (partner_id, secret, id, order) = order_settled(&app, 2).await;
 
     assert_eq!(order["status"], "failed", "{order}");
     assert_eq!(order["failure_code"], "supplier_error");
@@ -1302,17 +1309,11 @@ async fn a_supplier_answer_later_than_the_time_out_is_retried_without_placing_tw
 #[tokio::test]
 async fn a_busy_answer_after_the_supplier_took_the_order_is_asked_again_under_the_same_id() {
     let app = order_app().await;
-    let (partner_id, secret) = live_partner(&app).await;
-    fund(&app, &partner_id, 10_000).await;
     // 900001 "system busy" after the order was taken: refunding would lose
     // the profiles bought; asking again under the same id finds them.
     set_faults(&app, json!({ "busy_next": 1 })).await;
 
-    let id = accepted(&app, &secret, &order_body(1)).await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let order = settled(&app, &secret, &id).await;
+    let (partner_id, secret, _, order) = order_settled(&app, 1).await;
 
     assert_eq!(order["status"], "completed", "{order}");
     assert_eq!(iccids_of(&order["esims"]).len(), 1);
@@ -1325,15 +1326,9 @@ async fn a_busy_answer_after_the_supplier_took_the_order_is_asked_again_under_th
 #[tokio::test]
 async fn a_refusal_for_insufficient_supplier_balance_refunds_at_once() {
     let app = order_app().await;
-    let (partner_id, secret) = live_partner(&app).await;
-    fund(&app, &partner_id, 10_000).await;
     set_faults(&app, json!({ "reject_next": 1, "reject_code": "200007" })).await;
 
-    let id = accepted(&app, &secret, &order_body(2)).await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let order = settled(&app, &secret, &id).await;
+    let (partner_id, secret, id, order) = order_settled(&app, 2).await;
 
     assert_eq!(order["status"], "failed", "{order}");
     assert_eq!(order["failure_code"], "supplier_error");
