@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use crate::supplier::{
     Profile,
-    esim_access::{ALLOCATING, RATE_LIMITED, sign},
+    esim_access::{ALLOCATING, BUSY, sign},
     sandbox::profiles_for,
 };
 
@@ -58,7 +58,7 @@ pub struct Faults {
     #[serde(default)]
     pub fail_next: u32,
     /// The next N order placements are refused with `reject_code` (default:
-    /// no stock for the package).
+    /// `200011`, insufficient available profiles).
     #[serde(default)]
     pub reject_next: u32,
     /// The error code of those refusals.
@@ -260,8 +260,8 @@ fn admit(sim: &SupplierSim, headers: &HeaderMap, body: &[u8]) -> Result<Value, B
             .unwrap_or_default()
             .to_owned()
     };
-    if header("RT-AccessCode") != sim.access_code {
-        return Err(Box::new(answer_error("101002", "accessCode is invalid")));
+    if header("RT-AccessCode").is_empty() || header("RT-Signature").is_empty() {
+        return Err(Box::new(answer_error("000101", "Missing mandatory header")));
     }
     let text = std::str::from_utf8(body).unwrap_or_default();
     let expected = sign(
@@ -271,18 +271,27 @@ fn admit(sim: &SupplierSim, headers: &HeaderMap, body: &[u8]) -> Result<Value, B
         &sim.access_code,
         text,
     );
-    if header("RT-Signature") != expected {
-        return Err(Box::new(answer_error("101003", "signature mismatch")));
+    // A wrong access code cannot sign as the account does.
+    if header("RT-AccessCode") != sim.access_code || header("RT-Signature") != expected {
+        return Err(Box::new(answer_error("101003", "Signature mismatch")));
     }
     let skew = header("RT-Timestamp")
         .parse::<u64>()
         .map(|t| t.abs_diff(crate::limits::unix_now_millis()));
     if skew.is_err() || skew.is_ok_and(|s| s > TIMESTAMP_TOLERANCE_MS) {
-        return Err(Box::new(answer_error("101001", "timestamp is expired")));
+        return Err(Box::new(answer_error("101001", "Timestamp expired")));
     }
     if !sim.within_rate() {
         sim.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
-        return Err(Box::new(answer_error(RATE_LIMITED, "too many requests")));
+        // The documentation gives the limit but no code for going over it:
+        // answered as HTTP does.
+        return Err(Box::new(
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                Json(json!({ "success": false, "errorCode": BUSY, "errorMsg": "Too many requests", "obj": null })),
+            )
+                .into_response(),
+        ));
     }
     {
         let mut faults = sim.faults();
@@ -300,8 +309,7 @@ fn admit(sim: &SupplierSim, headers: &HeaderMap, body: &[u8]) -> Result<Value, B
             return Err(Box::new(StatusCode::INTERNAL_SERVER_ERROR.into_response()));
         }
     }
-    serde_json::from_slice(body)
-        .map_err(|_| Box::new(answer_error("000104", "request body is not valid JSON")))
+    serde_json::from_slice(body).map_err(|_| Box::new(answer_error("000104", "Invalid JSON")))
 }
 
 fn answer_error(code: &str, message: &str) -> Response {
@@ -323,15 +331,15 @@ async fn order(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: By
         .filter(|t| !t.is_empty())
         .map(str::to_owned)
     else {
-        return answer_error("000105", "transactionId is missing");
+        return answer_error("000105", "Mandatory params missing: transactionId");
     };
     let package = &request["packageInfoList"][0];
     let Some(package_code) = package["packageCode"].as_str().filter(|p| !p.is_empty()) else {
-        return answer_error("000105", "packageCode is missing");
+        return answer_error("000105", "Mandatory params missing: packageCode");
     };
     let count = package["count"].as_u64().unwrap_or(0);
     if !(1..=MAX_COUNT).contains(&count) {
-        return answer_error("000107", "count is out of range");
+        return answer_error("200008", "Order parameter error: count");
     }
     let existing = lock(&sim.by_transaction).get(&transaction_id).cloned();
     if let Some(placed) = existing {
@@ -349,7 +357,7 @@ async fn order(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: By
             faults
                 .reject_code
                 .clone()
-                .unwrap_or_else(|| "310241".to_owned())
+                .unwrap_or_else(|| "200011".to_owned())
         });
         let busy = refusal.is_none() && faults.busy_next > 0;
         if busy {
@@ -381,16 +389,18 @@ async fn order(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: By
     tokio::spawn(notify_when_ready(sim.clone(), placed.clone(), latency));
     if busy {
         // The order was taken, but the answer says otherwise.
-        return answer_error("900001", "system busy, please try again later");
+        return answer_error(BUSY, "System busy");
     }
     answer_ok(json!({ "orderNo": placed.order_no, "transactionId": transaction_id }))
 }
 
 fn refusal_message(code: &str) -> &'static str {
     match code {
-        "200007" => "insufficient account balance",
+        "200007" => "Insufficient balance",
+        "310241" => "packageCode does not exist",
         "310243" => "package does not exist",
-        _ => "insufficient stock for this package",
+        "200011" => "Insufficient available profiles",
+        _ => "Order parameter error",
     }
 }
 
@@ -450,14 +460,14 @@ async fn query(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: By
     let page_num = request["pager"]["pageNum"].as_u64().unwrap_or(0);
     let page_size = request["pager"]["pageSize"].as_u64().unwrap_or(0);
     if page_num < 1 || !(5..=500).contains(&page_size) {
-        return answer_error("000107", "pager is out of range");
+        return answer_error("000107", "Invalid param length: pager");
     }
     let order_no = request["orderNo"].as_str().unwrap_or_default();
     let iccid = request["iccid"].as_str().unwrap_or_default();
     let entries: Vec<Value> = if !order_no.is_empty() {
         let placed = lock(&sim.by_order_no).get(order_no).cloned();
         let Some(placed) = placed else {
-            return answer_error("310272", "order does not exist");
+            return answer_error("310272", "orderNo does not exist");
         };
         if Instant::now() < placed.ready_at {
             return answer_error(
@@ -476,7 +486,7 @@ async fn query(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: By
             None => Vec::new(),
         }
     } else {
-        return answer_error("000105", "orderNo or iccid is missing");
+        return answer_error("000105", "Mandatory params missing: orderNo or iccid");
     };
     let total = entries.len();
     let skip = ((page_num - 1) * page_size) as usize;
@@ -497,10 +507,10 @@ async fn usage(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: By
         Err(answer) => return *answer,
     };
     let Some(numbers) = request["esimTranNoList"].as_array() else {
-        return answer_error("000105", "esimTranNoList is missing");
+        return answer_error("000105", "Mandatory params missing: esimTranNoList");
     };
     if numbers.is_empty() || numbers.len() > MAX_USAGE_LIST {
-        return answer_error("000107", "esimTranNoList must name 1 to 10 profiles");
+        return answer_error("000107", "Invalid param length: esimTranNoList (1 to 10)");
     }
     let rows: Vec<Value> = numbers
         .iter()

@@ -52,7 +52,11 @@ pub fn profile_for(transaction_id: &str, smdp: &str) -> Profile {
     Profile {
         iccid: esim::iccid_from_serial("99", serial),
         activation_code: esim::activation_code(smdp, &matching),
-        esim_tran_no: Some(format!("T{}", hex::encode(&digest[20..28]))),
+        // A number of 14 digits, as the supplier's own.
+        esim_tran_no: Some(format!(
+            "{:014}",
+            u64::from_be_bytes(digest[20..28].try_into().unwrap_or([0; 8])) % 100_000_000_000_000
+        )),
     }
 }
 

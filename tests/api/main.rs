@@ -19,3 +19,4 @@ mod operator;
 mod orders;
 mod rate_limits;
 mod secrets;
+mod supplier;

@@ -1,0 +1,315 @@
+//! The eSIM Access adapter against the simulated supplier, and the simulator
+//! against the documented shapes recorded in `tests/fixtures/esim_access/`:
+//! batch orders, a repeated transaction id, usage by `esimTranNo`,
+//! the documented error codes, the rate limit, and the `ORDER_STATUS`
+//! webhook waking provisioning.
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use esim_reseller::supplier::{
+    Allocation, Supplier, SupplierError, esim_access::EsimAccessClient, gate::RateGate,
+};
+use reqwest::StatusCode;
+use secrecy::SecretString;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, eventually, fund, live_partner, read, spawn_app_with};
+
+/// The credentials the service and its simulator share by default.
+const ACCESS_CODE: &str = "sim-access-code";
+const SECRET: &str = "sim-supplier-secret";
+
+fn fixture(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/esim_access/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The adapter pointed at the app's simulator, with its own gate.
+fn client(app: &TestApp, secret: &str, per_second: u32) -> EsimAccessClient {
+    EsimAccessClient::new(
+        app.simulators.as_deref().expect("the simulators run"),
+        SecretString::from(ACCESS_CODE),
+        SecretString::from(secret),
+        Duration::from_secs(5),
+        Arc::new(RateGate::new(per_second, None)),
+    )
+    .unwrap()
+}
+
+async fn sim_post(app: &TestApp, path: &str, body: Value) -> Value {
+    let simulators = app.simulators.as_deref().expect("the simulators run");
+    let (status, answer) = read(
+        app.client
+            .post(format!("{simulators}{path}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    answer
+}
+
+/// The keys of an object, for comparing shapes.
+fn keys(value: &Value) -> HashSet<String> {
+    value
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+async fn ready(client: &EsimAccessClient, order_no: &str) -> Vec<esim_reseller::supplier::Profile> {
+    eventually(
+        "the profiles are allocated",
+        Duration::from_secs(10),
+        || async {
+            match client.query(order_no).await {
+                Ok(Allocation::Ready(profiles)) => Some(profiles),
+                _ => None,
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_batch_order_is_found_again_under_its_transaction_id_and_every_profile_is_read() {
+    let app = spawn_app_with(&[("simulators.supplier_latency_ms", "300")]).await;
+    let supplier = client(&app, SECRET, 0);
+
+    let order_no = supplier
+        .place_order("so_test_1", "pl_fr_1gb_7d", 30)
+        .await
+        .unwrap();
+    // Still allocating: pending, not refused.
+    assert_eq!(
+        supplier.query(&order_no).await.unwrap(),
+        Allocation::Pending
+    );
+    // The same transaction id is the same order.
+    let again = supplier
+        .place_order("so_test_1", "pl_fr_1gb_7d", 30)
+        .await
+        .unwrap();
+    assert_eq!(again, order_no);
+
+    let profiles = ready(&supplier, &order_no).await;
+    assert_eq!(profiles.len(), 30);
+    let iccids: HashSet<_> = profiles.iter().map(|p| p.iccid.clone()).collect();
+    assert_eq!(iccids.len(), 30, "every profile its own ICCID");
+    assert!(profiles.iter().all(|p| p.esim_tran_no.is_some()));
+
+    // Usage asked by esimTranNo.
+    let first = &profiles[0];
+    let usage = supplier
+        .usage(&first.iccid, first.esim_tran_no.as_deref())
+        .await
+        .unwrap();
+    assert_eq!(usage.data_total_mb, 3 * 1024);
+    // A profile whose number was not kept is found by its ICCID first.
+    let by_iccid = supplier.usage(&first.iccid, None).await.unwrap();
+    assert_eq!(by_iccid, usage);
+
+    let settings = sim_post(&app, "/sim/supplier/settings", json!({ "rate_limit": 8 })).await;
+    assert_eq!(settings["rate_limit"], 8);
+}
+
+#[tokio::test]
+async fn the_simulator_answers_the_documented_shapes_and_codes() {
+    let app = spawn_app_with(&[("simulators.supplier_latency_ms", "0")]).await;
+    let supplier = client(&app, SECRET, 0);
+
+    // Unknown package, more profiles than one order carries, unknown order.
+    let unknown = supplier
+        .place_order("so_test_2", "NOPE", 1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&unknown, SupplierError::Refused(m) if m.contains("310243")),
+        "{unknown}"
+    );
+    let too_many = supplier
+        .place_order("so_test_3", "pl_fr_1gb_7d", 31)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&too_many, SupplierError::Refused(m) if m.contains("200008")),
+        "{too_many}"
+    );
+    let missing = supplier.query("B_NOT_AN_ORDER").await.unwrap_err();
+    assert!(
+        matches!(&missing, SupplierError::Refused(m) if m.contains("310272")),
+        "{missing}"
+    );
+    // A wrong secret does not sign as the account does.
+    let forged = client(&app, "not-the-secret", 0)
+        .place_order("so_test_4", "pl_fr_1gb_7d", 1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&forged, SupplierError::Refused(m) if m.contains("101003")),
+        "{forged}"
+    );
+
+    // The simulator's answers carry the fields of the recorded ones.
+    let simulators = app.simulators.clone().unwrap();
+    let raw = app
+        .client
+        .post(format!("{simulators}/api/v1/open/esim/order"))
+        .header("RT-AccessCode", ACCESS_CODE)
+        .header("RT-Timestamp", "1")
+        .header("RT-RequestID", "r")
+        .header("RT-Signature", "0")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert_eq!(
+        keys(&raw),
+        keys(&fixture("order_error_signature.json")),
+        "{raw}"
+    );
+    assert_eq!(raw["errorCode"], "101003");
+
+    let order_no = supplier
+        .place_order("so_test_5", "pl_fr_1gb_7d", 2)
+        .await
+        .unwrap();
+    let profiles = ready(&supplier, &order_no).await;
+    assert_eq!(profiles.len(), 2);
+}
+
+/// An app whose simulated supplier takes 4 requests a second.
+async fn limited_app() -> TestApp {
+    spawn_app_with(&[
+        ("simulators.supplier_latency_ms", "0"),
+        ("simulators.supplier_rate_limit", "4"),
+    ])
+    .await
+}
+
+#[tokio::test]
+async fn past_the_rate_limit_the_simulator_answers_429() {
+    let app = limited_app().await;
+    let ungated = client(&app, SECRET, 0);
+    let mut limited = 0;
+    for n in 0..12 {
+        match ungated.query(&format!("B{n}")).await {
+            Err(SupplierError::Transient(m)) if m.contains("429") => limited += 1,
+            _ => {}
+        }
+    }
+    assert!(limited > 0, "a burst of 12 at 4/s meets the limit");
+}
+
+#[tokio::test]
+async fn behind_the_gate_no_call_goes_over_the_rate_limit() {
+    let app = limited_app().await;
+    let gated = client(&app, SECRET, 4);
+    for n in 0..10 {
+        let answer = gated.query(&format!("B{n}")).await.unwrap_err();
+        assert!(
+            matches!(&answer, SupplierError::Refused(m) if m.contains("310272")),
+            "call {n}: {answer}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_order_status_webhook_wakes_provisioning_long_before_a_poll() {
+    // Polls only once a minute: an order settles within the test's wait only
+    // if the simulator's ORDER_STATUS webhook wakes its supplier order.
+    let app = spawn_app_with(&[
+        ("simulators.supplier_latency_ms", "300"),
+        ("supplier.poll_interval_ms", "60000"),
+        ("supplier.max_poll_interval_ms", "60000"),
+    ])
+    .await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 10_000).await;
+    let (status, order) = read(
+        app.client
+            .post(format!("{}/partner/v1/orders", app.public))
+            .bearer_auth(&secret)
+            .header("Idempotency-Key", "webhook-wakes-the-order-1")
+            .json(&json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 2 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{order}");
+    let id = order["id"].as_str().unwrap().to_owned();
+    let settled = eventually("the order completes", Duration::from_secs(20), || {
+        let (app, secret, id) = (&app, &secret, &id);
+        async move {
+            let (_, order) = read(
+                app.client
+                    .get(format!("{}/partner/v1/orders/{id}", app.public))
+                    .bearer_auth(secret)
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await;
+            (order["status"] != "processing").then_some(order)
+        }
+    })
+    .await;
+    assert_eq!(settled["status"], "completed", "{settled}");
+    let simulators = app.simulators.clone().unwrap();
+    let stats: Value = app
+        .client
+        .get(format!("{simulators}/sim/supplier/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["webhooks"], 1, "{stats}");
+    assert_eq!(
+        stats["queries"], 1,
+        "one question, after the webhook: {stats}"
+    );
+}
+
+#[tokio::test]
+async fn every_supplier_notification_is_acknowledged() {
+    let app = spawn_app_with(&[]).await;
+    for name in [
+        "webhook_order_status.json",
+        "webhook_check_health.json",
+        "webhook_esim_status.json",
+    ] {
+        let (status, body) = read(
+            app.client
+                .post(format!("{}/callbacks/esim-access", app.public))
+                .json(&fixture(name))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{name}: {body}");
+    }
+    let (status, body) = read(
+        app.client
+            .post(format!("{}/callbacks/esim-access", app.public))
+            .header("content-type", "application/json")
+            .body("not json")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], "request.invalid", "{body}");
+}
