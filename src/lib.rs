@@ -19,11 +19,15 @@
 //! - [`actors`]: ractor actors: an account actor per partner (the only
 //!   writer of its floats, deciding queued orders in groups), their
 //!   supervising directory, the shared commit writer, provisioning with its
-//!   delivery writer, and the reconciler.
-//! - [`supplier`]: the eSIM supplier trait, its HTTP adapter and the sandbox supplier.
+//!   delivery writer, supplier orders (units of many orders gathered into
+//!   one eSIM Access order, written down before the call, woken by the
+//!   supplier's webhook), and the reconciler.
+//! - [`supplier`]: the eSIM supplier trait, the eSIM Access adapter with its
+//!   error classes, the rate gate every live call passes, and the sandbox
+//!   supplier.
 //! - [`payments`]: the payment-provider trait and the BTCPay Greenfield
-//!   adapter with callback verification; [`deposits`]: the deposit state
-//!   machine driven by what the provider says.
+//!   adapter with webhook verification; [`deposits`]: reads invoices back
+//!   and applies the deposit state table of [`domain::deposit`].
 //! - [`operator`]: the operator API on its own listener, and the `admin` CLI
 //!   that wraps it.
 //! - [`auth`]: key lookups with a short per-node cache; [`limits`]: the
@@ -33,9 +37,11 @@
 //!   from `config/catalogue.json` on first start.
 //! - [`domain`]: pure rules (ids, key material, account status and gating,
 //!   source addresses, rate windows, pricing, cursors, idempotency
-//!   fingerprints, ICCIDs, order settlement); no I/O.
+//!   fingerprints, ICCIDs, order settlement, the deposit state table); no I/O.
 //! - [`store`]: sea-orm persistence; the only module that knows SQL.
-//! - [`simulators`]: stand-ins for the supplier and the payment provider.
+//! - [`simulators`]: copies of eSIM Access and BTCPay Server as their
+//!   documentation and source describe them (shapes, codes, rate limit,
+//!   webhooks), with injectable faults.
 //! - [`docs`]: reference pages (index, API reference rendered from the
 //!   OpenAPI document, errors), so every `doc_url` resolves.
 //! - [`telemetry`]: log output (`pretty` or `json`).
