@@ -230,6 +230,8 @@ async fn the_order_status_webhook_wakes_provisioning_long_before_a_poll() {
         ("simulators.supplier_latency_ms", "300"),
         ("supplier.poll_interval_ms", "60000"),
         ("supplier.max_poll_interval_ms", "60000"),
+        ("rate_limit.bands.bronze.read.limit", "100000"),
+        ("rate_limit.bands.bronze.write.limit", "100000"),
     ])
     .await;
     let (partner_id, secret) = live_partner(&app).await;
@@ -250,7 +252,7 @@ async fn the_order_status_webhook_wakes_provisioning_long_before_a_poll() {
     let settled = eventually("the order completes", Duration::from_secs(20), || {
         let (app, secret, id) = (&app, &secret, &id);
         async move {
-            let (_, order) = read(
+            let (status, order) = read(
                 app.client
                     .get(format!("{}/partner/v1/orders/{id}", app.public))
                     .bearer_auth(secret)
@@ -259,7 +261,7 @@ async fn the_order_status_webhook_wakes_provisioning_long_before_a_poll() {
                     .unwrap(),
             )
             .await;
-            (order["status"] != "processing").then_some(order)
+            (status == StatusCode::OK && order["status"] != "processing").then_some(order)
         }
     })
     .await;
