@@ -1349,7 +1349,9 @@ async fn a_refusal_for_insufficient_supplier_balance_refunds_at_once() {
 
 #[tokio::test]
 async fn units_of_concurrent_orders_of_several_partners_share_supplier_orders() {
-    let app = order_app_with(&[("supplier.batch_window_ms", "300")]).await;
+    // A window long enough for all three orders to reach the placer, even
+    // on a loaded machine.
+    let app = order_app_with(&[("supplier.batch_window_ms", "2000")]).await;
     let mut partners = Vec::new();
     for _ in 0..3 {
         let (partner_id, secret) = live_partner(&app).await;

@@ -78,7 +78,8 @@ async fn ready(client: &EsimAccessClient, order_no: &str) -> Vec<esim_reseller::
 
 #[tokio::test]
 async fn a_batch_order_is_found_again_under_its_transaction_id_and_every_profile_is_read() {
-    let app = spawn_app_with(&[("simulators.supplier_latency_ms", "300")]).await;
+    // Allocation takes long enough that the first question is surely early.
+    let app = spawn_app_with(&[("simulators.supplier_latency_ms", "3000")]).await;
     let supplier = client(&app, SECRET, 0);
 
     let order_no = supplier
@@ -212,7 +213,9 @@ async fn past_the_rate_limit_the_simulator_answers_429() {
 #[tokio::test]
 async fn behind_the_gate_no_call_goes_over_the_rate_limit() {
     let app = limited_app().await;
-    let gated = client(&app, SECRET, 4);
+    // One call a second under the limit: scheduling jitter on a loaded
+    // machine cannot push a fifth call into one of the simulator's seconds.
+    let gated = client(&app, SECRET, 3);
     for n in 0..10 {
         let answer = gated.query(&format!("B{n}")).await.unwrap_err();
         assert!(
