@@ -66,7 +66,27 @@ impl MigrationTrait for Migration {
                     .add_column(string_len_null(Esims::EsimTranNo, 64))
                     .to_owned(),
             )
-            .await
+            .await?;
+        // Units pending at the upgrade were placed (if at all) one per
+        // supplier order under their own id as the transaction id: each
+        // becomes a supplier order of one unit under that same id, so its
+        // driver asks again under it and never buys a second time.
+        let db = manager.get_connection();
+        db.execute_unprepared(
+            "INSERT INTO supplier_orders (id, mode, package_code, unit_count, order_no, status, \
+             attempts, last_error, node_id, created_at, updated_at) \
+             SELECT u.id, o.mode, o.plan_id, 1, NULL, 'placing', 0, NULL, 'upgrade', \
+             u.updated_at, u.updated_at \
+             FROM order_units u JOIN orders o ON o.id = u.order_id \
+             WHERE u.status = 'pending' AND u.supplier_txn_id IS NULL",
+        )
+        .await?;
+        db.execute_unprepared(
+            "UPDATE order_units SET supplier_txn_id = id \
+             WHERE status = 'pending' AND supplier_txn_id IS NULL",
+        )
+        .await?;
+        Ok(())
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {

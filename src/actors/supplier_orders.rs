@@ -432,14 +432,10 @@ async fn place(
     deadline: chrono::DateTime<Utc>,
 ) -> Result<String, Outcome> {
     let mut attempts = row.attempts;
+    // Every driver asks at least once, even past the attempts or the
+    // deadline: the call is idempotent under its transaction id, and an
+    // order the supplier took before a crash is found again this way.
     loop {
-        if attempts >= args.max_attempts || time::now() >= deadline {
-            let reason = format!(
-                "the supplier did not take the order in {attempts} attempts: {}",
-                row.last_error.as_deref().unwrap_or("no answer")
-            );
-            return Err(fail(args, &row.id, FailureCode::SupplierError, reason).await);
-        }
         let count = u32::try_from(row.unit_count).unwrap_or(1);
         match supplier
             .place_order(&row.id, &row.package_code, count)
@@ -465,9 +461,13 @@ async fn place(
                     Ok(n) => n,
                     Err(err) => return Err(Outcome::Later(err.to_string())),
                 };
-                if attempts < args.max_attempts {
-                    tokio::time::sleep(args.retry_backoff * attempts.max(1) as u32).await;
+                if attempts >= args.max_attempts || time::now() >= deadline {
+                    let reason = format!(
+                        "the supplier did not take the order in {attempts} attempts: {reason}"
+                    );
+                    return Err(fail(args, &row.id, FailureCode::SupplierError, reason).await);
                 }
+                tokio::time::sleep(args.retry_backoff * attempts.max(1) as u32).await;
             }
         }
     }

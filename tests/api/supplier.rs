@@ -318,3 +318,76 @@ async fn every_supplier_notification_is_acknowledged() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["error"]["code"], "request.invalid", "{body}");
 }
+
+#[tokio::test]
+async fn units_pending_at_the_upgrade_keep_their_own_id_as_their_transaction_id() {
+    use migration::{Migrator, MigratorTrait};
+    use sea_orm::{ActiveModelTrait, ConnectOptions, ConnectionTrait, Database, EntityTrait};
+
+    // A database as it stood before supplier orders carried many units, with
+    // one order whose unit may already have been placed under its own id.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/upgrade.db?mode=rwc", dir.path().display());
+    let mut options = ConnectOptions::new(url);
+    options.max_connections(1).sqlx_logging(false);
+    let db = Database::connect(options).await.unwrap();
+    db.execute_unprepared("PRAGMA foreign_keys = OFF")
+        .await
+        .unwrap();
+    Migrator::up(&db, Some(5)).await.unwrap();
+    let now = chrono::Utc::now();
+    entities::order::ActiveModel::from(entities::order::Model {
+        id: "po_upgrade".into(),
+        partner_id: "pt_upgrade".into(),
+        mode: "live".into(),
+        idempotency_key: "upgrade-key-0001".into(),
+        plan_id: "pl_fr_1gb_7d".into(),
+        quantity: 2,
+        unit_price_cents: 332,
+        total_cents: 664,
+        list_unit_cents: 349,
+        price_source: "tier:bronze".into(),
+        metadata: json!({}),
+        status: "processing".into(),
+        failure_code: None,
+        refunded_cents: 0,
+        attempts: 0,
+        claimed_until: None,
+        claimed_by: None,
+        created_at: now,
+        completed_at: None,
+    })
+    .insert(&db)
+    .await
+    .unwrap();
+    for (n, status) in [(1, "delivered"), (2, "pending")] {
+        db.execute_unprepared(&format!(
+            "INSERT INTO order_units (id, order_id, unit_index, status, supplier_order_no, attempts, last_error, updated_at) \
+             VALUES ('po_upgrade_{n}', 'po_upgrade', {n}, '{status}', NULL, 0, NULL, '{}')",
+            now.to_rfc3339()
+        ))
+        .await
+        .unwrap();
+    }
+
+    Migrator::up(&db, None).await.unwrap();
+
+    let units = entities::order_unit::Entity::find().all(&db).await.unwrap();
+    let pending = units.iter().find(|u| u.id == "po_upgrade_2").unwrap();
+    assert_eq!(pending.supplier_txn_id.as_deref(), Some("po_upgrade_2"));
+    let delivered = units.iter().find(|u| u.id == "po_upgrade_1").unwrap();
+    assert_eq!(
+        delivered.supplier_txn_id, None,
+        "settled units are left alone"
+    );
+    let carriers = entities::supplier_order::Entity::find()
+        .all(&db)
+        .await
+        .unwrap();
+    assert_eq!(carriers.len(), 1, "{carriers:?}");
+    assert_eq!(carriers[0].id, "po_upgrade_2");
+    assert_eq!(carriers[0].unit_count, 1);
+    assert_eq!(carriers[0].package_code, "pl_fr_1gb_7d");
+    assert_eq!(carriers[0].mode, "live");
+    assert_eq!(carriers[0].status, "placing");
+}
