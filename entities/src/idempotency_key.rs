@@ -16,8 +16,12 @@ pub struct Model {
     pub fingerprint: String,
     /// Set when the key made an order.
     pub order_id: Option<String>,
-    /// Set when the key is bound to a refusal (402, 403).
+    /// The HTTP status of a bound refusal, as versions before refusals were
+    /// stored as such wrote it; no longer written or read.
     pub error_status: Option<i32>,
+    /// Set when the key is bound to a refusal: the refusal itself
+    /// (`{"code": "balance.insufficient", ...}`), read back by
+    /// `domain::ordering::Refusal::from_stored`.
     pub error_body: Option<Json>,
     pub created_at: DateTimeUtc,
 }

@@ -1,47 +1,58 @@
 //! `AccountActor`: one per partner; the only writer of that partner's floats.
 //!
-//! A message that moves money is decided against the in-memory balances and
-//! committed to the database before it is answered, so no 202 is ever sent
-//! for money that is not committed. The database keeps the last word: the
-//! debit is conditional, an idempotency key is unique per partner, and when a
-//! guard fires (another node moved the money) the actor reloads and decides
-//! again.
+//! Order requests queue in the actor's mailbox. Each `Flush` takes every
+//! request queued so far (up to the batch limit; a limit of one is
+//! `store.commit_mode = "per_request"`), decides them together with
+//! [`ordering::decide`] against the in-memory floats and key bindings, and
+//! commits the decided batch in one transaction before answering any of
+//! them, so no 202 is ever sent for money that is not committed. The
+//! database keeps the last word: the debit is conditional and a key is
+//! unique per partner; when a guard fires (another node moved the float or
+//! bound one of the keys) the actor reloads what it holds and decides the
+//! batch again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use chrono::{DateTime, Utc};
-use entities::{deposit, idempotency_key, ledger_entry, order};
+use entities::{deposit, ledger_entry, order};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use super::{
-    batch::{binds, insufficient, key_reused},
-    provisioning::ProvisioningMsg,
-};
+use super::provisioning::ProvisioningMsg;
 use crate::{
-    domain::{order::FailureCode, partner::Mode, time},
+    domain::{
+        order::FailureCode,
+        ordering::{self, Binding, Bound, Floats, OrderRequest, Outcome, Priced, Refusal},
+        partner::Mode,
+        time,
+    },
     http::error::{ApiError, ErrorCode},
     store::{
         self, Db,
-        orders::{AcceptError, NewOrder},
+        orders::{AcceptError, NewOrder, RefusalRow},
     },
 };
 
-/// Keys remembered in memory per account before the oldest half is dropped
+/// Keys remembered in memory per account; past it the memory is cleared
 /// (the database still knows them all).
 const REMEMBERED_KEYS: usize = 4096;
 
-/// An order the handler has parsed and priced.
-#[derive(Debug, Clone)]
-pub struct PlaceOrder {
-    /// The trimmed Idempotency-Key.
-    pub key: String,
-    pub mode: Mode,
-    /// Fingerprint of the request body.
-    pub fingerprint: String,
-    /// The priced order, or the refusal the plan or the account gave.
-    pub verdict: Result<order::Model, ApiError>,
-    /// The plan is the sandbox fixture that always answers 402.
-    pub always_insufficient: bool,
+/// Most order requests committed in one transaction.
+pub const MAX_BATCH: usize = 512;
+
+/// Times a batch is decided again after a guard fired before giving up
+/// with `409 conflict` (each time after reloading from the database).
+const GUARD_RETRIES: usize = 3;
+
+/// An order request: the priced order (the edge's refusal otherwise).
+pub type PlaceOrder = OrderRequest<order::Model>;
+
+impl Priced for order::Model {
+    fn order_id(&self) -> &str {
+        &self.id
+    }
+
+    fn total_cents(&self) -> i64 {
+        self.total_cents
+    }
 }
 
 /// What the account decided.
@@ -52,14 +63,14 @@ pub enum Decision {
     /// The key's earlier order, as it is now (200, replayed).
     Replayed(order::Model),
     /// Refused (the key is bound if the refusal binds).
-    Refused(ApiError),
+    Refused(Refusal),
     /// The key's earlier binding refusal (replayed).
-    ReplayedRefusal(ApiError),
+    ReplayedRefusal(Refusal),
 }
 
 /// Messages of the account actor.
 pub enum AccountMsg {
-    /// Decide an order.
+    /// Decide an order (with the next flush).
     PlaceOrder(Box<PlaceOrder>, RpcReplyPort<Result<Decision, ApiError>>),
     /// Return the money of undelivered units of an order.
     Refund {
@@ -79,7 +90,7 @@ pub enum AccountMsg {
     CreditDeposit(String, i64, RpcReplyPort<Result<bool, ApiError>>),
     /// Record an operator's wire deposit, already credited.
     WireDeposit(i64, String, RpcReplyPort<Result<deposit::Model, ApiError>>),
-    /// Group commit: decide and persist every order request queued so far.
+    /// Decide and persist every order request queued so far.
     Flush,
     /// The balances as this actor holds them: (live, sandbox).
     Balances(RpcReplyPort<(i64, i64)>),
@@ -87,11 +98,8 @@ pub enum AccountMsg {
     Fail,
 }
 
-/// An order request waiting for the next group commit.
+/// An order request waiting for the next flush.
 type Pending = (Box<PlaceOrder>, RpcReplyPort<Result<Decision, ApiError>>);
-
-/// Most order requests committed in one transaction.
-const MAX_BATCH: usize = 512;
 
 /// An operator's money movement.
 #[derive(Debug, Clone)]
@@ -111,8 +119,9 @@ pub struct AccountArgs {
     pub partner_id: String,
     pub db: Db,
     pub provisioning: Option<ActorRef<ProvisioningMsg>>,
-    /// Group commit (`store.commit_mode = "batch"`) or one transaction per order.
-    pub batching: bool,
+    /// Most order requests decided and committed together (1: one
+    /// transaction per order).
+    pub max_batch: usize,
     /// The shared writer that commits many actors' batches together (SQLite).
     pub writer: Option<super::writer::CommitWriter>,
 }
@@ -123,9 +132,8 @@ pub struct AccountActor;
 /// Its state: the floats and the recently used keys.
 pub struct AccountState {
     args: AccountArgs,
-    live_cents: i64,
-    sandbox_cents: i64,
-    keys: HashMap<String, idempotency_key::Model>,
+    floats: Floats,
+    keys: HashMap<String, Binding>,
     /// Order requests queued for the next flush.
     pending: Vec<Pending>,
     /// A `Flush` is in the mailbox.
@@ -133,57 +141,34 @@ pub struct AccountState {
 }
 
 impl AccountState {
-    fn balance(&self, mode: Mode) -> i64 {
-        match mode {
-            Mode::Live => self.live_cents,
-            Mode::Sandbox => self.sandbox_cents,
-        }
-    }
-
-    fn set_balance(&mut self, mode: Mode, cents: i64) {
-        match mode {
-            Mode::Live => self.live_cents = cents,
-            Mode::Sandbox => self.sandbox_cents = cents,
-        }
-    }
-
     async fn reload_balances(&mut self) -> Result<(), sea_orm::DbErr> {
-        (self.live_cents, self.sandbox_cents) =
-            store::orders::balances(&self.args.db, &self.args.partner_id).await?;
+        let (live, sandbox) = store::orders::balances(&self.args.db, &self.args.partner_id).await?;
+        self.floats = Floats { live, sandbox };
         Ok(())
     }
 
-    fn remember(&mut self, record: idempotency_key::Model) {
+    fn remember(&mut self, key: &str, binding: Binding) {
         if self.keys.len() >= REMEMBERED_KEYS {
-            let oldest: Vec<String> = {
-                let mut by_age: Vec<(&String, &DateTime<Utc>)> =
-                    self.keys.iter().map(|(k, r)| (k, &r.created_at)).collect();
-                by_age.sort_by_key(|(_, at)| **at);
-                by_age
-                    .iter()
-                    .take(REMEMBERED_KEYS / 2)
-                    .map(|(k, _)| (*k).clone())
-                    .collect()
-            };
-            for key in oldest {
-                self.keys.remove(&key);
-            }
+            self.keys.clear();
         }
-        self.keys.insert(record.key.clone(), record);
+        self.keys.insert(key.to_owned(), binding);
     }
 
-    async fn binding(
-        &mut self,
-        key: &str,
-    ) -> Result<Option<idempotency_key::Model>, sea_orm::DbErr> {
-        if let Some(record) = self.keys.get(key) {
-            return Ok(Some(record.clone()));
+    /// Loads, in one query, the bindings of the batch's keys not in memory.
+    async fn load_bindings(&mut self, requests: &[PlaceOrder]) -> Result<(), sea_orm::DbErr> {
+        let unknown: Vec<String> = requests
+            .iter()
+            .filter(|r| !self.keys.contains_key(&r.key))
+            .map(|r| r.key.clone())
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        for (key, binding) in
+            store::orders::find_bindings(&self.args.db, &self.args.partner_id, &unknown).await?
+        {
+            self.remember(&key, binding);
         }
-        let found = store::orders::find_key(&self.args.db, &self.args.partner_id, key).await?;
-        if let Some(record) = &found {
-            self.remember(record.clone());
-        }
-        Ok(found)
+        Ok(())
     }
 }
 
@@ -211,12 +196,10 @@ impl Actor for AccountActor {
         _myself: ActorRef<AccountMsg>,
         args: AccountArgs,
     ) -> Result<AccountState, ActorProcessingErr> {
-        let (live_cents, sandbox_cents) =
-            Box::pin(store::orders::balances(&args.db, &args.partner_id)).await?;
+        let (live, sandbox) = Box::pin(store::orders::balances(&args.db, &args.partner_id)).await?;
         Ok(AccountState {
             args,
-            live_cents,
-            sandbox_cents,
+            floats: Floats { live, sandbox },
             keys: HashMap::new(),
             pending: Vec::new(),
             flush_scheduled: false,
@@ -240,110 +223,262 @@ async fn handle_message(
     message: AccountMsg,
     state: &mut AccountState,
 ) -> Result<(), ActorProcessingErr> {
-    {
-        match message {
-            AccountMsg::PlaceOrder(request, reply) if state.args.batching => {
-                // Everything already queued ahead of the Flush joins this batch.
-                state.pending.push((request, reply));
-                if !state.flush_scheduled {
-                    myself.cast(AccountMsg::Flush)?;
-                    state.flush_scheduled = true;
-                }
+    match message {
+        AccountMsg::PlaceOrder(request, reply) => {
+            // Everything already queued ahead of the Flush joins this batch.
+            state.pending.push((request, reply));
+            if !state.flush_scheduled {
+                myself.cast(AccountMsg::Flush)?;
+                state.flush_scheduled = true;
             }
-            AccountMsg::Flush => {
-                state.flush_scheduled = false;
-                let take = state.pending.len().min(MAX_BATCH);
-                let batch: Vec<Pending> = state.pending.drain(..take).collect();
-                if !state.pending.is_empty() {
-                    myself.cast(AccountMsg::Flush)?;
-                    state.flush_scheduled = true;
-                }
-                flush(state, batch).await;
-            }
-            AccountMsg::Balances(reply) => {
-                let _ = reply.send((state.live_cents, state.sandbox_cents));
-            }
-            AccountMsg::PlaceOrder(request, reply) => {
-                let decision = place_order(state, *request).await;
-                announce(state, &decision);
-                let _ = reply.send(decision);
-            }
-            AccountMsg::Refund {
-                order_id,
-                unit_ids,
-                failure,
-                reply,
-            } => {
-                let _ = reply.send(
-                    refund(state, &order_id, &unit_ids, failure)
-                        .await
-                        .map_err(|e| e.to_string()),
-                );
-            }
-            AccountMsg::Movement(movement, reply) => {
-                let _ = reply.send(apply_movement(state, movement).await);
-            }
-            AccountMsg::SetSandboxFloat(cents, reply) => {
-                let result = store::orders::set_sandbox_float(
-                    &state.args.db,
-                    &state.args.partner_id,
-                    cents,
-                    time::now(),
-                )
-                .await;
-                if matches!(result, Ok(true)) {
-                    state.sandbox_cents = cents;
-                }
-                let _ = reply.send(result.map(|_| ()).map_err(ApiError::from));
-            }
-            AccountMsg::CreditDeposit(deposit_id, amount, reply) => {
-                let _ = reply.send(credit_deposit(state, &deposit_id, amount).await);
-            }
-            AccountMsg::WireDeposit(amount, reference, reply) => {
-                let _ = reply.send(wire_deposit(state, amount, &reference).await);
-            }
-            AccountMsg::Fail => return Err("fault injected by the operator".into()),
         }
-        Ok(())
+        AccountMsg::Flush => {
+            state.flush_scheduled = false;
+            let take = state.pending.len().min(state.args.max_batch.max(1));
+            let batch: Vec<Pending> = state.pending.drain(..take).collect();
+            if !state.pending.is_empty() {
+                myself.cast(AccountMsg::Flush)?;
+                state.flush_scheduled = true;
+            }
+            flush(state, batch).await;
+        }
+        AccountMsg::Balances(reply) => {
+            let _ = reply.send((state.floats.live, state.floats.sandbox));
+        }
+        AccountMsg::Refund {
+            order_id,
+            unit_ids,
+            failure,
+            reply,
+        } => {
+            let _ = reply.send(
+                refund(state, &order_id, &unit_ids, failure)
+                    .await
+                    .map_err(|e| e.to_string()),
+            );
+        }
+        AccountMsg::Movement(movement, reply) => {
+            let _ = reply.send(apply_movement(state, movement).await);
+        }
+        AccountMsg::SetSandboxFloat(cents, reply) => {
+            let result = store::orders::set_sandbox_float(
+                &state.args.db,
+                &state.args.partner_id,
+                cents,
+                time::now(),
+            )
+            .await;
+            if matches!(result, Ok(true)) {
+                state.floats.sandbox = cents;
+            }
+            let _ = reply.send(result.map(|_| ()).map_err(ApiError::from));
+        }
+        AccountMsg::CreditDeposit(deposit_id, amount, reply) => {
+            let _ = reply.send(credit_deposit(state, &deposit_id, amount).await);
+        }
+        AccountMsg::WireDeposit(amount, reference, reply) => {
+            let _ = reply.send(wire_deposit(state, amount, &reference).await);
+        }
+        AccountMsg::Fail => return Err("fault injected by the operator".into()),
     }
+    Ok(())
 }
 
-/// Decides a batch in memory and commits it in one transaction. If the
-/// commit fails, the in-memory state is reloaded from the database, so memory
-/// never drifts from what committed, and each request is decided again on its
-/// own: when the failure was a guard firing (another node moved the float or
-/// bound one of the keys), the others still go through and the loser replays;
-/// when the database is down, each is answered 500 (the partner retries with
-/// the same key, which is safe).
+/// Decides and commits one batch, then answers every request in it.
 async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
     if batch.is_empty() {
         return;
     }
-    let requests: Vec<PlaceOrder> = batch.iter().map(|(r, _)| (**r).clone()).collect();
-    match commit_batch(state, &requests).await {
-        Ok(decisions) => {
-            for ((_, reply), decision) in batch.into_iter().zip(decisions) {
-                announce(state, &decision);
-                let _ = reply.send(decision);
-            }
-        }
+    let (requests, replies): (Vec<PlaceOrder>, Vec<_>) =
+        batch.into_iter().map(|(r, reply)| (*r, reply)).unzip();
+    let answers: Vec<Result<Decision, ApiError>> = match decide_and_commit(state, &requests).await {
+        Ok(decisions) => decisions.into_iter().map(Ok).collect(),
         Err(err) => {
-            tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %err, "group commit failed; deciding the batch one request at a time");
-            state.keys.clear();
-            if let Err(reload) = state.reload_balances().await {
-                tracing::error!(partner_id = %state.args.partner_id, error = %reload, "balances could not be reloaded after a failed commit");
-                for (_, reply) in batch {
-                    let _ = reply.send(Err(ApiError::new(ErrorCode::InternalError)));
-                }
-                return;
+            if err.code == ErrorCode::InternalError {
+                tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %err.message, "order batch not committed; every request in it is answered 500 (retry with the same key is safe)");
             }
-            for ((_, reply), request) in batch.into_iter().zip(requests) {
-                let decision = place_order(state, request).await;
-                announce(state, &decision);
-                let _ = reply.send(decision);
+            (0..requests.len()).map(|_| Err(err.clone())).collect()
+        }
+    };
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        announce(state, &answer);
+        let _ = reply.send(answer);
+    }
+}
+
+/// Decides a batch against memory and commits it. When a database guard
+/// fires (another node moved the float or bound a key first), memory is
+/// reloaded and the batch decided again, so the loser of a race replays the
+/// winner. When the database is down, the batch fails as a whole and memory
+/// is reloaded so it never drifts from what committed.
+async fn decide_and_commit(
+    state: &mut AccountState,
+    requests: &[PlaceOrder],
+) -> Result<Vec<Decision>, ApiError> {
+    for _ in 0..GUARD_RETRIES {
+        match try_batch(state, requests).await {
+            Ok(decisions) => return Ok(decisions),
+            Err(Attempt::Guard(why)) => {
+                tracing::info!(partner_id = %state.args.partner_id, why, "a guard fired under an order batch; deciding it again");
+                forget(state, requests);
+                state.reload_balances().await?;
+            }
+            Err(Attempt::Failed(err)) => {
+                forget(state, requests);
+                if let Err(reload) = state.reload_balances().await {
+                    tracing::error!(partner_id = %state.args.partner_id, error = %reload, "balances could not be reloaded after a failed commit");
+                }
+                return Err(err);
             }
         }
     }
+    Err(ApiError::new(ErrorCode::Conflict)
+        .with_message("The account changed under this request; retry with the same key."))
+}
+
+/// Drops what memory holds of a batch's keys (the database knows better).
+fn forget(state: &mut AccountState, requests: &[PlaceOrder]) {
+    for request in requests {
+        state.keys.remove(&request.key);
+    }
+}
+
+/// Why one attempt at a batch did not commit.
+enum Attempt {
+    /// A guard fired: decide again after reloading.
+    Guard(&'static str),
+    /// The database refused or is down.
+    Failed(ApiError),
+}
+
+impl From<sea_orm::DbErr> for Attempt {
+    fn from(err: sea_orm::DbErr) -> Self {
+        Attempt::Failed(ApiError::from(err))
+    }
+}
+
+/// One attempt: load the unknown keys, decide, commit, build the answers.
+async fn try_batch(
+    state: &mut AccountState,
+    requests: &[PlaceOrder],
+) -> Result<Vec<Decision>, Attempt> {
+    state.load_bindings(requests).await?;
+    let mut decided = ordering::decide(requests, &state.keys, state.floats);
+    if decided.refused_for_money() {
+        // Another node may have credited a deposit: confirm before binding keys.
+        let before = state.floats;
+        state.reload_balances().await?;
+        if state.floats != before {
+            decided = ordering::decide(requests, &state.keys, state.floats);
+        }
+    }
+    let job = job_of(state, requests, &decided.outcomes);
+    if !job.accepted.is_empty() || !job.refusals.is_empty() {
+        let committed = match &state.args.writer {
+            Some(writer) => writer.submit(job).await,
+            None => commit_alone(&state.args.db, job).await,
+        };
+        let (live, sandbox) = committed.map_err(|e| match e {
+            AcceptError::Insufficient => Attempt::Guard("the float moved under the batch"),
+            AcceptError::Db(err) if store::is_unique_violation(&err) => {
+                Attempt::Guard("another node bound a key of the batch")
+            }
+            AcceptError::Db(err) => Attempt::from(err),
+        })?;
+        state.floats.live = live.unwrap_or(state.floats.live);
+        state.floats.sandbox = sandbox.unwrap_or(state.floats.sandbox);
+    }
+    let bindings: Vec<(String, Binding)> = decided
+        .new_bindings(requests)
+        .map(|(key, binding)| (key.to_owned(), binding))
+        .collect();
+    for (key, binding) in bindings {
+        state.remember(&key, binding);
+    }
+    answers(state, requests, decided.outcomes).await
+}
+
+/// The rows a decided batch writes.
+fn job_of(
+    state: &AccountState,
+    requests: &[PlaceOrder],
+    outcomes: &[Outcome],
+) -> super::writer::Job {
+    let mut accepted = Vec::new();
+    let mut refusals = Vec::new();
+    for (request, outcome) in requests.iter().zip(outcomes) {
+        match (outcome, &request.ask) {
+            (Outcome::Accept, Ok(order)) => accepted.push(NewOrder {
+                order: order.clone(),
+                fingerprint: request.fingerprint.clone(),
+            }),
+            (Outcome::Refuse(refusal), _) if refusal.binds() => refusals.push(RefusalRow {
+                key: request.key.clone(),
+                mode: request.mode,
+                fingerprint: request.fingerprint.clone(),
+                refusal: refusal.clone(),
+            }),
+            _ => {}
+        }
+    }
+    super::writer::Job {
+        partner_id: state.args.partner_id.clone(),
+        accepted,
+        refusals,
+        now: time::now(),
+    }
+}
+
+/// Turns committed outcomes into answers; replayed orders are read back in
+/// one query, as they are now.
+async fn answers(
+    state: &AccountState,
+    requests: &[PlaceOrder],
+    outcomes: Vec<Outcome>,
+) -> Result<Vec<Decision>, Attempt> {
+    let accepted_here: HashMap<&str, &order::Model> = requests
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, o)| matches!(o, Outcome::Accept))
+        .filter_map(|(r, _)| r.ask.as_ref().ok())
+        .map(|o| (o.id.as_str(), o))
+        .collect();
+    let earlier: Vec<String> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            Outcome::Replay(Bound::Order(id)) if !accepted_here.contains_key(id.as_str()) => {
+                Some(id.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    let read_back: HashMap<String, order::Model> =
+        store::orders::get_orders(&state.args.db, &earlier)
+            .await?
+            .into_iter()
+            .map(|o| (o.id.clone(), o))
+            .collect();
+    let mut decisions = Vec::with_capacity(outcomes.len());
+    for (request, outcome) in requests.iter().zip(outcomes) {
+        decisions.push(match outcome {
+            Outcome::Accept => match &request.ask {
+                Ok(order) => Decision::Accepted(order.clone()),
+                Err(_) => return Err(Attempt::Failed(ApiError::internal("accepted a refusal"))),
+            },
+            Outcome::Refuse(refusal) => Decision::Refused(refusal),
+            Outcome::Replay(Bound::Refusal(refusal)) => Decision::ReplayedRefusal(refusal),
+            Outcome::Replay(Bound::Order(id)) => {
+                let order = match accepted_here.get(id.as_str()) {
+                    Some(order) => (*order).clone(),
+                    None => read_back.get(&id).cloned().ok_or_else(|| {
+                        Attempt::Failed(ApiError::internal("a bound order is missing"))
+                    })?,
+                };
+                Decision::Replayed(order)
+            }
+        });
+    }
+    Ok(decisions)
 }
 
 /// Commits one batch in its own transaction (no shared writer).
@@ -353,7 +488,7 @@ async fn commit_alone(
 ) -> Result<super::writer::Committed, AcceptError> {
     let txn = store::begin_write(db).await?;
     let committed =
-        store::orders::accept_batch(&txn, &job.partner_id, &job.accepted, job.refusals, job.now)
+        store::orders::accept_batch(&txn, &job.partner_id, &job.accepted, &job.refusals, job.now)
             .await?;
     txn.commit().await?;
     Ok(committed)
@@ -361,322 +496,15 @@ async fn commit_alone(
 
 /// Counts an accepted order and hands it to provisioning.
 fn announce(state: &AccountState, decision: &Result<Decision, ApiError>) {
-    if let Ok(Decision::Accepted(order)) = decision {
-        crate::metrics::order_accepted(&order.mode);
-    }
-    if let Ok(Decision::Accepted(order)) = decision
-        && let Some(provisioning) = &state.args.provisioning
-    {
+    let Ok(Decision::Accepted(order)) = decision else {
+        return;
+    };
+    crate::metrics::order_accepted(&order.mode);
+    if let Some(provisioning) = &state.args.provisioning {
         let _ = provisioning.cast(ProvisioningMsg::Provision {
             order_id: order.id.clone(),
             claimed_until: order.claimed_until,
         });
-    }
-}
-
-async fn commit_batch(
-    state: &mut AccountState,
-    requests: &[PlaceOrder],
-) -> Result<Vec<Result<Decision, ApiError>>, ApiError> {
-    use super::batch::{Binding, Plan, Request, plan};
-    let unknown: Vec<String> = requests
-        .iter()
-        .filter(|r| !state.keys.contains_key(&r.key))
-        .map(|r| r.key.clone())
-        .collect();
-    for record in store::orders::find_keys(&state.args.db, &state.args.partner_id, &unknown).await?
-    {
-        state.remember(record);
-    }
-    let planner_input: Vec<Request> = requests
-        .iter()
-        .map(|r| Request {
-            key: r.key.clone(),
-            mode: r.mode,
-            fingerprint: r.fingerprint.clone(),
-            verdict: r.verdict.clone(),
-            always_insufficient: r.always_insufficient,
-        })
-        .collect();
-    let mut planned = plan(
-        &planner_input,
-        &state.keys,
-        (state.live_cents, state.sandbox_cents),
-    );
-    let refused_for_money = planned.plans.iter().any(
-        |p| matches!(p, Plan::Refuse { error, .. } if error.code == ErrorCode::BalanceInsufficient),
-    );
-    if refused_for_money {
-        // Another node may have credited a deposit: decide against the database before binding keys.
-        let before = (state.live_cents, state.sandbox_cents);
-        state.reload_balances().await?;
-        if before != (state.live_cents, state.sandbox_cents) {
-            planned = plan(
-                &planner_input,
-                &state.keys,
-                (state.live_cents, state.sandbox_cents),
-            );
-        }
-    }
-    let now = time::now();
-    let mut accepted = Vec::new();
-    let mut refusals = Vec::new();
-    for (request, plan) in requests.iter().zip(&planned.plans) {
-        match plan {
-            Plan::Accept(order) => accepted.push(NewOrder {
-                order: (**order).clone(),
-                fingerprint: request.fingerprint.clone(),
-            }),
-            Plan::Refuse { error, bind: true } => refusals.push(idempotency_key::Model {
-                partner_id: state.args.partner_id.clone(),
-                key: request.key.clone(),
-                mode: request.mode.as_str().to_owned(),
-                fingerprint: request.fingerprint.clone(),
-                order_id: None,
-                error_status: Some(i32::from(error.http_status().as_u16())),
-                error_body: Some(error.to_stored()),
-                created_at: now,
-            }),
-            _ => {}
-        }
-    }
-    if !accepted.is_empty() || !refusals.is_empty() {
-        let job = super::writer::Job {
-            partner_id: state.args.partner_id.clone(),
-            accepted: accepted.clone(),
-            refusals: refusals.clone(),
-            now,
-        };
-        let committed = match &state.args.writer {
-            Some(writer) => writer.submit(job).await,
-            None => commit_alone(&state.args.db, job).await,
-        };
-        let (live, sandbox) = committed.map_err(|e| match e {
-            AcceptError::Insufficient => {
-                ApiError::new(ErrorCode::Conflict).with_message("the float moved under the batch")
-            }
-            // Another node bound one of the keys first: a lost race, not a
-            // fault (the batch is decided again one request at a time).
-            AcceptError::Db(err) if store::is_unique_violation(&err) => {
-                ApiError::new(ErrorCode::Conflict)
-                    .with_message("another node bound a key of the batch")
-            }
-            AcceptError::Db(err) => ApiError::from(err),
-        })?;
-        if let Some(live) = live {
-            state.live_cents = live;
-        }
-        if let Some(sandbox) = sandbox {
-            state.sandbox_cents = sandbox;
-        }
-        for new in &accepted {
-            state.remember(binding_of(new));
-        }
-        for refusal in refusals {
-            state.remember(refusal);
-        }
-    }
-    let in_batch: HashMap<&str, &order::Model> = accepted
-        .iter()
-        .map(|n| (n.order.id.as_str(), &n.order))
-        .collect();
-    let mut decisions = Vec::with_capacity(requests.len());
-    for plan in planned.plans {
-        decisions.push(match plan {
-            Plan::Accept(order) => Ok(Decision::Accepted(*order)),
-            Plan::Refuse { error, .. } | Plan::Reused(error) => Ok(Decision::Refused(error)),
-            Plan::Replay(Binding::Refusal(error)) => Ok(Decision::ReplayedRefusal(error)),
-            Plan::Replay(Binding::Order(id)) => match in_batch.get(id.as_str()) {
-                Some(order) => Ok(Decision::Replayed((*order).clone())),
-                None => store::orders::get_order(&state.args.db, &id)
-                    .await
-                    .map_err(ApiError::from)
-                    .and_then(|o| o.ok_or_else(|| ApiError::internal("a bound order is missing")))
-                    .map(Decision::Replayed),
-            },
-        });
-    }
-    Ok(decisions)
-}
-
-/// The decision on one order request.
-async fn place_order(
-    state: &mut AccountState,
-    mut request: PlaceOrder,
-) -> Result<Decision, ApiError> {
-    if let Some(decision) = replay(state, &request).await? {
-        return Ok(decision);
-    }
-    let verdict = std::mem::replace(
-        &mut request.verdict,
-        Err(ApiError::new(ErrorCode::Conflict)),
-    );
-    let order = match verdict {
-        Ok(order) => order,
-        Err(refusal) if binds(&refusal) => {
-            return bind(
-                state,
-                &request.key,
-                request.mode,
-                &request.fingerprint,
-                refusal,
-            )
-            .await;
-        }
-        Err(refusal) => return Ok(Decision::Refused(refusal)),
-    };
-    if request.always_insufficient {
-        let refusal = insufficient(request.mode, state.balance(request.mode), order.total_cents);
-        return bind(
-            state,
-            &request.key,
-            request.mode,
-            &request.fingerprint,
-            refusal,
-        )
-        .await;
-    }
-    // Decide against memory; when the database disagrees, reload and decide once more.
-    for attempt in 0..2 {
-        if state.balance(request.mode) < order.total_cents {
-            // Another node may have credited a deposit: confirm before binding the key.
-            state.reload_balances().await?;
-            if state.balance(request.mode) < order.total_cents {
-                let refusal =
-                    insufficient(request.mode, state.balance(request.mode), order.total_cents);
-                return bind(
-                    state,
-                    &request.key,
-                    request.mode,
-                    &request.fingerprint,
-                    refusal,
-                )
-                .await;
-            }
-        }
-        let new = NewOrder {
-            order: order.clone(),
-            fingerprint: request.fingerprint.clone(),
-        };
-        match commit_order(&state.args.db, &new, request.mode).await {
-            Ok(balance_after) => {
-                state.set_balance(request.mode, balance_after);
-                state.remember(binding_of(&new));
-                return Ok(Decision::Accepted(new.order));
-            }
-            Err(AcceptError::Insufficient) if attempt == 0 => state.reload_balances().await?,
-            Err(AcceptError::Insufficient) => {
-                let refusal =
-                    insufficient(request.mode, state.balance(request.mode), order.total_cents);
-                return bind(
-                    state,
-                    &request.key,
-                    request.mode,
-                    &request.fingerprint,
-                    refusal,
-                )
-                .await;
-            }
-            Err(AcceptError::Db(err)) if store::is_unique_violation(&err) => {
-                // Another node bound this key first: answer as a replay.
-                state.reload_balances().await?;
-                return replay(state, &request)
-                    .await?
-                    .ok_or_else(|| ApiError::new(ErrorCode::Conflict));
-            }
-            Err(AcceptError::Db(err)) => {
-                state.reload_balances().await.ok();
-                return Err(ApiError::from(err));
-            }
-        }
-    }
-    Err(ApiError::new(ErrorCode::Conflict))
-}
-
-async fn commit_order(db: &Db, new: &NewOrder, mode: Mode) -> Result<i64, AcceptError> {
-    let txn = store::begin_write(db).await?;
-    let balance_after = store::orders::accept(&txn, new, mode, time::now()).await?;
-    txn.commit().await?;
-    Ok(balance_after)
-}
-
-fn binding_of(new: &NewOrder) -> idempotency_key::Model {
-    idempotency_key::Model {
-        partner_id: new.order.partner_id.clone(),
-        key: new.order.idempotency_key.clone(),
-        mode: new.order.mode.clone(),
-        fingerprint: new.fingerprint.clone(),
-        order_id: Some(new.order.id.clone()),
-        error_status: None,
-        error_body: None,
-        created_at: new.order.created_at,
-    }
-}
-
-/// If the key is known: a replay, or `key_reused`.
-async fn replay(
-    state: &mut AccountState,
-    request: &PlaceOrder,
-) -> Result<Option<Decision>, ApiError> {
-    let Some(record) = state.binding(&request.key).await? else {
-        return Ok(None);
-    };
-    if record.mode != request.mode.as_str() || record.fingerprint != request.fingerprint {
-        return Ok(Some(Decision::Refused(key_reused(
-            record.mode != request.mode.as_str(),
-        ))));
-    }
-    if let Some(order_id) = &record.order_id {
-        let order = store::orders::get_order(&state.args.db, order_id)
-            .await?
-            .ok_or_else(|| ApiError::internal("a bound order is missing"))?;
-        return Ok(Some(Decision::Replayed(order)));
-    }
-    let refusal = record
-        .error_body
-        .as_ref()
-        .and_then(ApiError::from_stored)
-        .ok_or_else(|| ApiError::internal("a bound refusal is unreadable"))?;
-    Ok(Some(Decision::ReplayedRefusal(refusal)))
-}
-
-/// Binds the key to a refusal and answers it. If another node bound the key
-/// first, answers what that binding says.
-async fn bind(
-    state: &mut AccountState,
-    key: &str,
-    mode: Mode,
-    fingerprint: &str,
-    refusal: ApiError,
-) -> Result<Decision, ApiError> {
-    let record = idempotency_key::Model {
-        partner_id: state.args.partner_id.clone(),
-        key: key.to_owned(),
-        mode: mode.as_str().to_owned(),
-        fingerprint: fingerprint.to_owned(),
-        order_id: None,
-        error_status: Some(i32::from(refusal.http_status().as_u16())),
-        error_body: Some(refusal.to_stored()),
-        created_at: time::now(),
-    };
-    match store::orders::bind_refusal(&state.args.db, record.clone()).await {
-        Ok(()) => {
-            state.remember(record);
-            Ok(Decision::Refused(refusal))
-        }
-        Err(err) if store::is_unique_violation(&err) => {
-            let request = PlaceOrder {
-                key: key.to_owned(),
-                mode,
-                fingerprint: fingerprint.to_owned(),
-                verdict: Err(refusal),
-                always_insufficient: false,
-            };
-            replay(state, &request)
-                .await?
-                .ok_or_else(|| ApiError::new(ErrorCode::Conflict))
-        }
-        Err(err) => Err(ApiError::from(err)),
     }
 }
 
@@ -698,7 +526,7 @@ async fn refund(
             store::orders::refund_unit(&txn, &order, unit_id, failure, time::now()).await?;
         txn.commit().await?;
         if let Some(balance_after) = refunded {
-            state.set_balance(mode, balance_after);
+            *state.floats.of_mut(mode) = balance_after;
             tracing::info!(partner_id = %order.partner_id, order_id, unit_id, failure = failure.as_str(), "unit refunded");
         }
     }
@@ -729,11 +557,11 @@ async fn apply_movement(
     let Some((balance_after, Some(seq))) = moved else {
         drop(txn);
         state.reload_balances().await?;
-        return Err(insufficient(
-            Mode::Live,
-            state.live_cents,
-            -movement.amount_cents,
-        ));
+        return Err(ApiError::from(Refusal::Insufficient {
+            mode: Mode::Live,
+            balance_cents: state.floats.live,
+            required_cents: -movement.amount_cents,
+        }));
     };
     let entry = store::orders::insert_ledger(
         &txn,
@@ -752,7 +580,7 @@ async fn apply_movement(
     )
     .await?;
     txn.commit().await?;
-    state.live_cents = balance_after;
+    state.floats.live = balance_after;
     tracing::info!(partner_id = %state.args.partner_id, kind = %entry.kind, amount_cents = entry.amount_cents, balance_after, "money moved by the operator");
     Ok(entry)
 }
@@ -772,7 +600,7 @@ async fn credit_deposit(
     match credited {
         Ok(Some((balance_after, entry))) => {
             txn.commit().await?;
-            state.live_cents = balance_after;
+            state.floats.live = balance_after;
             tracing::info!(partner_id = %deposit.partner_id, deposit_id, amount_cents = amount, ledger_entry_id = %entry.id, "deposit credited");
             crate::metrics::deposit_transition(&deposit.status, store::deposits::CREDITED);
             Ok(true)
@@ -796,7 +624,7 @@ async fn wire_deposit(
     {
         Ok((deposit, balance_after)) => {
             txn.commit().await?;
-            state.live_cents = balance_after;
+            state.floats.live = balance_after;
             tracing::info!(partner_id = %deposit.partner_id, deposit_id = %deposit.id, amount_cents = amount, "wire deposit recorded");
             crate::metrics::deposit_transition("none", store::deposits::CREDITED);
             Ok(deposit)
@@ -856,7 +684,7 @@ mod tests {
             key: key.into(),
             mode: Mode::Sandbox,
             fingerprint: key.into(),
-            verdict: Ok(order::Model {
+            ask: Ok(order::Model {
                 id: crate::domain::ids::OrderId::generate().into_string(),
                 partner_id: partner_id.into(),
                 mode: "sandbox".into(),
@@ -920,7 +748,7 @@ mod tests {
             partner_id: partner_id.clone(),
             db: db.clone(),
             provisioning: None,
-            batching: true,
+            max_batch: MAX_BATCH,
             writer: Some(super::super::writer::CommitWriter::start(db.clone())),
         };
         let (actor, _) = Actor::spawn(None, AccountActor, args).await.unwrap();
@@ -935,7 +763,10 @@ mod tests {
 
         assert!(matches!(decisions[0], Ok(Decision::Accepted(_))));
         assert!(
-            matches!(&decisions[1], Ok(Decision::Refused(e)) if e.code == ErrorCode::BalanceInsufficient),
+            matches!(
+                &decisions[1],
+                Ok(Decision::Refused(Refusal::Insufficient { .. }))
+            ),
             "7000 does not fit in 6000"
         );
         assert!(
@@ -961,7 +792,7 @@ mod tests {
             partner_id: partner_id.clone(),
             db: db.clone(),
             provisioning: None,
-            batching: true,
+            max_batch: MAX_BATCH,
             writer: None,
         };
         let (actor, _) = Actor::spawn(None, AccountActor, args).await.unwrap();
@@ -1024,7 +855,7 @@ mod tests {
         .id;
         let writer = CommitWriter::start(db.clone());
         let job = |partner: &str, key: &str, total: i64| {
-            let order = request(partner, key, total).verdict.unwrap();
+            let order = request(partner, key, total).ask.unwrap();
             Job {
                 partner_id: partner.into(),
                 accepted: vec![NewOrder {

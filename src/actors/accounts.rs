@@ -371,7 +371,11 @@ async fn spawn_account(
         partner_id: partner_id.to_owned(),
         db: directory.db.clone(),
         provisioning: lock(&directory.provisioning).clone(),
-        batching: directory.batching,
+        max_batch: if directory.batching {
+            super::account::MAX_BATCH
+        } else {
+            1
+        },
         writer: directory.writer.clone(),
     };
     let (actor, _) = Actor::spawn_linked(None, AccountActor, args, supervisor.get_cell()).await?;

@@ -14,7 +14,6 @@
 
 pub mod account;
 pub mod accounts;
-pub mod batch;
 pub mod provisioning;
 pub mod reconciler;
 pub mod services;

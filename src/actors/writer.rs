@@ -9,13 +9,12 @@
 //! guard fires rolls back alone while the others commit.
 
 use chrono::{DateTime, Utc};
-use entities::idempotency_key;
 use sea_orm::TransactionTrait;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{
     self, Db,
-    orders::{AcceptError, NewOrder},
+    orders::{AcceptError, NewOrder, RefusalRow},
 };
 
 /// Most jobs committed in one transaction.
@@ -24,8 +23,11 @@ const MAX_JOBS: usize = 128;
 /// One actor's decided batch.
 pub struct Job {
     pub partner_id: String,
+    /// Orders to debit and write, in acceptance order.
     pub accepted: Vec<NewOrder>,
-    pub refusals: Vec<idempotency_key::Model>,
+    /// Refusals that bind their keys.
+    pub refusals: Vec<RefusalRow>,
+    /// When the batch was decided.
     pub now: DateTime<Utc>,
 }
 
@@ -82,7 +84,7 @@ async fn commit_jobs(db: &Db, jobs: Vec<Queued>) {
                 &savepoint,
                 &job.partner_id,
                 &job.accepted,
-                job.refusals.clone(),
+                &job.refusals,
                 job.now,
             )
             .await

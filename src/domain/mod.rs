@@ -9,6 +9,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod net;
 pub mod order;
+pub mod ordering;
 pub mod partner;
 pub mod pricing;
 pub mod rate;

@@ -26,7 +26,8 @@ use crate::{
     domain::{
         api_key,
         net::{self, Source},
-        partner::{self, Mode, Refusal, Status},
+        ordering,
+        partner::{self, Mode, Status},
         rate::{Band, RateClass, WindowState},
         time,
     },
@@ -43,7 +44,7 @@ pub struct Caller {
     pub mode: Mode,
     /// The account's verdict on this key; always `Ok` unless the route gates
     /// in its handler (`POST /orders`, where a refusal binds the key).
-    pub gate: Result<(), ApiError>,
+    pub gate: Result<(), partner::Refusal>,
 }
 
 impl Caller {
@@ -110,10 +111,11 @@ pub async fn authenticate(
         window_exceeded(layer.class, &counted).into_response()
     } else {
         match check_account(&record) {
-            Err(error) if !layer.defer_gating || error.code == ErrorCode::InternalError => {
-                error.into_response()
+            Err(error) => error.into_response(),
+            Ok(Err(refusal)) if !layer.defer_gating => {
+                ApiError::from(ordering::Refusal::Gated(refusal)).into_response()
             }
-            gate => {
+            Ok(gate) => {
                 let mode = record.mode;
                 request
                     .extensions_mut()
@@ -190,20 +192,15 @@ pub fn band_for<'a>(app: &'a AppState, record: &KeyRecord) -> &'a Band {
     app.bands.get(name).unwrap_or(&app.fallback_band)
 }
 
-fn check_account(record: &KeyRecord) -> Result<(), ApiError> {
+/// The account's verdict on the key, or a 500 for a status nobody knows.
+fn check_account(record: &KeyRecord) -> Result<Result<(), partner::Refusal>, ApiError> {
     let status = Status::parse(&record.partner.status).ok_or_else(|| {
         ApiError::internal(format_args!(
             "partner {} has an unknown status",
             record.partner.id
         ))
     })?;
-    partner::gate(status, record.mode).map_err(|refusal| {
-        ApiError::new(match refusal {
-            Refusal::NotLive => ErrorCode::PartnerNotLive,
-            Refusal::Suspended => ErrorCode::PartnerSuspended,
-            Refusal::Closed => ErrorCode::PartnerClosed,
-        })
-    })
+    Ok(partner::gate(status, record.mode))
 }
 
 fn window_exceeded(class: RateClass, counted: &WindowState) -> ApiError {

@@ -15,6 +15,11 @@ use axum::{
 };
 use serde_json::{Map, Value};
 
+use crate::domain::{
+    ordering::Refusal,
+    partner::{self, Mode},
+};
+
 /// Every error code of the partner API. Stable forever: add, never change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
@@ -408,23 +413,6 @@ impl ApiError {
         Self::from_bare_status(StatusCode::PAYLOAD_TOO_LARGE)
     }
 
-    /// What a binding refusal stores to replay later: code, message, param, extras.
-    pub fn to_stored(&self) -> serde_json::Value {
-        serde_json::json!({ "code": self.code.as_str(), "message": self.message, "param": self.param, "extras": self.extras })
-    }
-
-    /// Rebuilds a stored refusal.
-    pub fn from_stored(stored: &serde_json::Value) -> Option<Self> {
-        let code = ErrorCode::from_wire(stored["code"].as_str()?)?;
-        let mut error = Self::new(code)
-            .with_message(stored["message"].as_str().unwrap_or(code.default_message()));
-        error.param = stored["param"].as_str().map(str::to_owned);
-        if let Some(extras) = stored["extras"].as_object() {
-            error.extras = extras.clone();
-        }
-        Some(error)
-    }
-
     /// The status the response carries.
     pub fn http_status(&self) -> StatusCode {
         self.status.unwrap_or_else(|| self.code.status())
@@ -466,6 +454,48 @@ impl IntoResponse for ApiError {
         }
         response.extensions_mut().insert(self);
         response
+    }
+}
+
+/// The spec's error for an order refusal: its code, message, `param` and
+/// the amounts of a 402.
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::PlanNotFound => ApiError::new(ErrorCode::PlanNotFound).with_param("plan_id"),
+            Refusal::PlanInactive => ApiError::new(ErrorCode::PlanInactive).with_param("plan_id"),
+            Refusal::PlanUnavailable(why) => ApiError::new(ErrorCode::PlanUnavailable)
+                .with_message(why.reason())
+                .with_param("plan_id"),
+            Refusal::Gated(gate) => ApiError::new(match gate {
+                partner::Refusal::NotLive => ErrorCode::PartnerNotLive,
+                partner::Refusal::Suspended => ErrorCode::PartnerSuspended,
+                partner::Refusal::Closed => ErrorCode::PartnerClosed,
+            }),
+            Refusal::Insufficient {
+                mode,
+                balance_cents,
+                required_cents,
+            } => {
+                let refusal = ApiError::new(ErrorCode::BalanceInsufficient)
+                    .with_extra("balance_cents", balance_cents)
+                    .with_extra("required_cents", required_cents);
+                match mode {
+                    Mode::Sandbox => refusal.with_extra("mode", "sandbox"),
+                    Mode::Live => refusal,
+                }
+            }
+            Refusal::KeyReused { other_mode } => {
+                let why = if other_mode {
+                    "This Idempotency-Key was used by a key of the other mode."
+                } else {
+                    "This Idempotency-Key was used with a different request; use a new key or resend the original body."
+                };
+                ApiError::new(ErrorCode::IdempotencyKeyReused)
+                    .with_message(why)
+                    .with_param("Idempotency-Key")
+            }
+        }
     }
 }
 

@@ -34,7 +34,8 @@ use crate::{
         idempotency::{MAX_KEY_LEN, MIN_KEY_LEN, fingerprint},
         ids::{OrderId, check_id},
         order::{PROCESSING, STATUSES},
-        pricing::{self, discount_from_prices},
+        ordering::Refusal,
+        pricing::{self, Unavailable, discount_from_prices},
         time,
     },
     store::{self, orders::OrderQuery},
@@ -236,8 +237,9 @@ pub async fn create(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers);
-    if let Err(refusal) = caller.gate.clone() {
+    if let Err(gate) = caller.gate {
         // A gating refusal binds a well-formed key to a well-formed request.
+        let refusal = Refusal::Gated(gate);
         return match (
             key,
             require_json(&headers).and_then(|()| parse_order_body(&body)),
@@ -245,7 +247,7 @@ pub async fn create(
             (Ok(key), Ok(valid)) => {
                 decide(&state, &caller, key, valid.fingerprint, Err(refusal), false).await
             }
-            _ => Err(refusal),
+            _ => Err(refusal.into()),
         };
     }
     let key = key?;
@@ -287,24 +289,18 @@ fn price_order(
     snapshot: &Snapshot,
     key: &str,
     valid: &ValidOrder,
-) -> Result<order::Model, ApiError> {
+) -> Result<order::Model, Refusal> {
     let plan = snapshot
         .visible(&valid.plan_id, caller.mode)
-        .ok_or_else(|| ApiError::new(ErrorCode::PlanNotFound).with_param("plan_id"))?;
+        .ok_or(Refusal::PlanNotFound)?;
     let rate = caller_rate(state, caller);
     let unit = match Snapshot::standing(plan, &rate) {
         Standing::Sellable(unit) => unit,
-        Standing::Inactive => {
-            return Err(ApiError::new(ErrorCode::PlanInactive).with_param("plan_id"));
-        }
-        Standing::Unavailable(reason) => {
-            return Err(ApiError::new(ErrorCode::PlanUnavailable)
-                .with_message(reason.reason())
-                .with_param("plan_id"));
-        }
+        Standing::Inactive => return Err(Refusal::PlanInactive),
+        Standing::Unavailable(reason) => return Err(Refusal::PlanUnavailable(reason)),
     };
     let total = pricing::total(unit.unit_cents, valid.quantity)
-        .ok_or_else(|| ApiError::new(ErrorCode::PlanUnavailable))?;
+        .ok_or(Refusal::PlanUnavailable(Unavailable::NoUsablePrice))?;
     let now = time::now();
     Ok(order::Model {
         id: OrderId::generate().into_string(),
@@ -335,14 +331,14 @@ async fn decide(
     caller: &Caller,
     key: String,
     fingerprint: String,
-    verdict: Result<order::Model, ApiError>,
+    ask: Result<order::Model, Refusal>,
     always_insufficient: bool,
 ) -> Result<Response, ApiError> {
     let request = PlaceOrder {
         key,
         mode: caller.mode,
         fingerprint,
-        verdict,
+        ask,
         always_insufficient,
     };
     let replayed = (
@@ -375,8 +371,10 @@ async fn decide(
             )
                 .into_response())
         }
-        Decision::Refused(refusal) => Err(refusal),
-        Decision::ReplayedRefusal(refusal) => Err(refusal.with_header(replayed.0, replayed.1)),
+        Decision::Refused(refusal) => Err(refusal.into()),
+        Decision::ReplayedRefusal(refusal) => {
+            Err(ApiError::from(refusal).with_header(replayed.0, replayed.1))
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use sea_orm::{
 use crate::domain::{
     ids::LedgerEntryId,
     order::{self as rules, FailureCode},
+    ordering::{Binding, Bound, Refusal},
     partner::Mode,
 };
 
@@ -32,7 +33,74 @@ pub async fn balances<C: ConnectionTrait>(db: &C, partner_id: &str) -> Result<(i
     Ok((of(Mode::Live), of(Mode::Sandbox)))
 }
 
-/// What an Idempotency-Key of a partner is bound to.
+/// An order ready to be written.
+#[derive(Debug, Clone)]
+pub struct NewOrder {
+    pub order: order::Model,
+    /// Fingerprint of the request body its key is bound to.
+    pub fingerprint: String,
+}
+
+/// A refusal that binds its key, ready to be written.
+#[derive(Debug, Clone)]
+pub struct RefusalRow {
+    pub key: String,
+    pub mode: Mode,
+    /// Fingerprint of the request body its key is bound to.
+    pub fingerprint: String,
+    pub refusal: Refusal,
+}
+
+/// What the keys of a partner are bound to, for those of `keys` that are,
+/// in one query. A refusal stored in a form nobody can read is an error:
+/// answering anything else would break the key's promise.
+pub async fn find_bindings<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    keys: &[String],
+) -> Result<Vec<(String, Binding)>, DbErr> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = idempotency_key::Entity::find()
+        .filter(idempotency_key::Column::PartnerId.eq(partner_id))
+        .filter(idempotency_key::Column::Key.is_in(keys.iter().map(String::as_str)))
+        .all(db)
+        .await?;
+    rows.into_iter()
+        .map(|row| {
+            let bound = match (&row.order_id, &row.error_body) {
+                (Some(order_id), _) => Bound::Order(order_id.clone()),
+                (None, Some(stored)) => {
+                    Bound::Refusal(Refusal::from_stored(stored).ok_or_else(|| {
+                        DbErr::Custom(format!(
+                            "the refusal bound to key {} is unreadable",
+                            row.key
+                        ))
+                    })?)
+                }
+                (None, None) => {
+                    return Err(DbErr::Custom(format!(
+                        "key {} is bound to nothing",
+                        row.key
+                    )));
+                }
+            };
+            let mode = Mode::parse(&row.mode)
+                .ok_or_else(|| DbErr::Custom(format!("key {} has mode {}", row.key, row.mode)))?;
+            Ok((
+                row.key,
+                Binding {
+                    mode,
+                    fingerprint: row.fingerprint,
+                    bound,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// What an Idempotency-Key of a partner is bound to, as stored.
 pub async fn find_key<C: ConnectionTrait>(
     db: &C,
     partner_id: &str,
@@ -41,24 +109,6 @@ pub async fn find_key<C: ConnectionTrait>(
     idempotency_key::Entity::find_by_id((partner_id.to_owned(), key.to_owned()))
         .one(db)
         .await
-}
-
-/// Binds a key to a refusal (402, 403).
-pub async fn bind_refusal<C: ConnectionTrait>(
-    db: &C,
-    record: idempotency_key::Model,
-) -> Result<(), DbErr> {
-    idempotency_key::ActiveModel::from(record)
-        .insert(db)
-        .await
-        .map(|_| ())
-}
-
-/// An order ready to be written.
-#[derive(Debug, Clone)]
-pub struct NewOrder {
-    pub order: order::Model,
-    pub fingerprint: String,
 }
 
 /// Why an acceptance did not commit.
@@ -74,68 +124,6 @@ impl From<DbErr> for AcceptError {
     fn from(err: DbErr) -> Self {
         AcceptError::Db(err)
     }
-}
-
-/// Debits the float and writes the order, its units, the key binding and
-/// (live) the purchase row. Returns the balance after the debit.
-pub async fn accept<C: ConnectionTrait>(
-    txn: &C,
-    new: &NewOrder,
-    mode: Mode,
-    now: DateTime<Utc>,
-) -> Result<i64, AcceptError> {
-    let order = &new.order;
-    let (balance_after, seq) = move_money(txn, &order.partner_id, mode, -order.total_cents, now)
-        .await?
-        .ok_or(AcceptError::Insufficient)?;
-    order::ActiveModel::from(order.clone()).insert(txn).await?;
-    let units: Vec<order_unit::ActiveModel> = (1..=order.quantity)
-        .map(|n| {
-            order_unit::ActiveModel::from(order_unit::Model {
-                id: unit_id(&order.id, n),
-                order_id: order.id.clone(),
-                unit_index: n,
-                status: rules::UNIT_PENDING.to_owned(),
-                supplier_order_no: None,
-                supplier_txn_id: None,
-                attempts: 0,
-                last_error: None,
-                updated_at: now,
-            })
-        })
-        .collect();
-    order_unit::Entity::insert_many(units).exec(txn).await?;
-    idempotency_key::ActiveModel::from(idempotency_key::Model {
-        partner_id: order.partner_id.clone(),
-        key: order.idempotency_key.clone(),
-        mode: order.mode.clone(),
-        fingerprint: new.fingerprint.clone(),
-        order_id: Some(order.id.clone()),
-        error_status: None,
-        error_body: None,
-        created_at: now,
-    })
-    .insert(txn)
-    .await?;
-    if let Some(seq) = seq {
-        insert_ledger(
-            txn,
-            LedgerRow {
-                partner_id: &order.partner_id,
-                seq,
-                kind: "purchase",
-                amount_cents: -order.total_cents,
-                balance_after_cents: balance_after,
-                description: format!("{} × {}", order.quantity, order.plan_id),
-                order_id: Some(&order.id),
-                deposit_id: None,
-                movement_key: Some(format!("{}:purchase", order.id)),
-                now,
-            },
-        )
-        .await?;
-    }
-    Ok(balance_after)
 }
 
 /// The id of an order's `n`-th unit (also the supplier transaction id).
@@ -266,6 +254,20 @@ pub async fn get_order<C: ConnectionTrait>(
     id: &str,
 ) -> Result<Option<order::Model>, DbErr> {
     order::Entity::find_by_id(id.to_owned()).one(db).await
+}
+
+/// Several orders by id, in one query (internal use).
+pub async fn get_orders<C: ConnectionTrait>(
+    db: &C,
+    ids: &[String],
+) -> Result<Vec<order::Model>, DbErr> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    order::Entity::find()
+        .filter(order::Column::Id.is_in(ids.iter().map(String::as_str)))
+        .all(db)
+        .await
 }
 
 /// Filters of the order list.
@@ -602,7 +604,7 @@ pub async fn accept_batch<C: ConnectionTrait>(
     txn: &C,
     partner_id: &str,
     orders: &[NewOrder],
-    refusals: Vec<idempotency_key::Model>,
+    refusals: &[RefusalRow],
     now: DateTime<Utc>,
 ) -> Result<(Option<i64>, Option<i64>), AcceptError> {
     let mut after = (None, None);
@@ -700,7 +702,18 @@ pub async fn accept_batch<C: ConnectionTrait>(
             })
         })
         .collect();
-    key_rows.extend(refusals.into_iter().map(idempotency_key::ActiveModel::from));
+    key_rows.extend(refusals.iter().map(|r| {
+        idempotency_key::ActiveModel::from(idempotency_key::Model {
+            partner_id: partner_id.to_owned(),
+            key: r.key.clone(),
+            mode: r.mode.as_str().to_owned(),
+            fingerprint: r.fingerprint.clone(),
+            order_id: None,
+            error_status: None,
+            error_body: Some(r.refusal.to_stored()),
+            created_at: now,
+        })
+    }));
     insert_chunks::<order::Entity, _>(txn, order_rows).await?;
     insert_chunks::<order_unit::Entity, _>(txn, unit_rows).await?;
     insert_chunks::<idempotency_key::Entity, _>(txn, key_rows).await?;
@@ -720,20 +733,4 @@ where
         E::insert_many(chunk).exec_without_returning(db).await?;
     }
     Ok(())
-}
-
-/// Bindings of several keys of a partner, in one query.
-pub async fn find_keys<C: ConnectionTrait>(
-    db: &C,
-    partner_id: &str,
-    keys: &[String],
-) -> Result<Vec<idempotency_key::Model>, DbErr> {
-    if keys.is_empty() {
-        return Ok(Vec::new());
-    }
-    idempotency_key::Entity::find()
-        .filter(idempotency_key::Column::PartnerId.eq(partner_id))
-        .filter(idempotency_key::Column::Key.is_in(keys.iter().cloned()))
-        .all(db)
-        .await
 }

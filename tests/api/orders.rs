@@ -1723,7 +1723,10 @@ async fn storm(commit_mode: &str, nodes: usize) {
     assert_eq!(
         bindings
             .iter()
-            .filter(|b| b.error_status == Some(402))
+            .filter(|b| b
+                .error_body
+                .as_ref()
+                .is_some_and(|e| e["code"] == "balance.insufficient"))
             .count(),
         3 * K
     );
