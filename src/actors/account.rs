@@ -504,6 +504,7 @@ fn announce(state: &AccountState, decision: &Result<Decision, ApiError>) {
         let _ = provisioning.cast(ProvisioningMsg::Provision {
             order_id: order.id.clone(),
             claimed_until: order.claimed_until,
+            fresh: Some(Box::new(order.clone())),
         });
     }
 }

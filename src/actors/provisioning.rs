@@ -46,6 +46,9 @@ pub enum ProvisioningMsg {
     Provision {
         order_id: String,
         claimed_until: Option<DateTime<Utc>>,
+        /// The order as it was just accepted on this node, so the first
+        /// pass need not read it and its units back.
+        fresh: Option<Box<order::Model>>,
     },
 }
 
@@ -115,6 +118,7 @@ impl Actor for ProvisioningActor {
         let ProvisioningMsg::Provision {
             order_id,
             claimed_until,
+            fresh,
         } = message;
         if !lock(&state.in_flight).insert(order_id.clone()) {
             tracing::debug!(order_id, "already queued or under way on this node");
@@ -125,7 +129,7 @@ impl Actor for ProvisioningActor {
         let in_flight = state.in_flight.clone();
         tokio::spawn(async move {
             if let Ok(_permit) = permits.acquire_owned().await
-                && let Err(err) = provision_order(&args, &order_id, claimed_until).await
+                && let Err(err) = provision_order(&args, &order_id, claimed_until, fresh).await
             {
                 tracing::warn!(order_id, error = %err, "provisioning pass failed; the reconciler will re-drive it");
                 let _ = store::orders::release(&args.db, &order_id, &args.node_id).await;
@@ -142,17 +146,29 @@ async fn provision_order(
     args: &ProvisioningArgs,
     order_id: &str,
     claimed_until: Option<DateTime<Utc>>,
+    fresh: Option<Box<order::Model>>,
 ) -> anyhow::Result<()> {
     let now = time::now();
     let lease = chrono::Duration::from_std(args.lease)?;
     // The claim made at acceptance is ours while it lasts; once half of it
     // went by waiting for a permit, claim again (ours, or free after it lapsed).
-    let fresh = claimed_until.is_some_and(|until| until - now > lease / 2);
-    if !fresh && !store::orders::claim(&args.db, order_id, &args.node_id, now, now + lease).await? {
+    let claim_holds = claimed_until.is_some_and(|until| until - now > lease / 2);
+    if !claim_holds
+        && !store::orders::claim(&args.db, order_id, &args.node_id, now, now + lease).await?
+    {
         tracing::debug!(order_id, "held by another node; left to it");
         return Ok(());
     }
-    keep_claimed(args, order_id, lease, provision_claimed(args, order_id)).await
+    // The accepted order is only as good as the claim made with it: once that
+    // lapsed, another node may have worked on the order, so read it back.
+    let fresh = fresh.filter(|_| claim_holds);
+    keep_claimed(
+        args,
+        order_id,
+        lease,
+        provision_claimed(args, order_id, fresh),
+    )
+    .await
 }
 
 /// Runs `pass` while renewing this node's claim every third of the lease.
@@ -182,16 +198,30 @@ async fn keep_claimed(
 }
 
 /// One pass over an order this node holds.
-async fn provision_claimed(args: &ProvisioningArgs, order_id: &str) -> anyhow::Result<()> {
-    let Some(order) = store::orders::get_order(&args.db, order_id).await? else {
-        return Ok(());
-    };
+async fn provision_claimed(
+    args: &ProvisioningArgs,
+    order_id: &str,
+    fresh: Option<Box<order::Model>>,
+) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
-    let units: Vec<order_unit::Model> = store::orders::units_of(&args.db, order_id)
-        .await?
-        .into_iter()
-        .filter(|u| u.status == UNIT_PENDING)
-        .collect();
+    let (order, units) = match fresh {
+        // Just accepted here: every unit is pending and in no supplier order.
+        Some(order) => {
+            let units = store::orders::pending_units(&order, order.created_at);
+            (*order, units)
+        }
+        None => {
+            let Some(order) = store::orders::get_order(&args.db, order_id).await? else {
+                return Ok(());
+            };
+            let units: Vec<order_unit::Model> = store::orders::units_of(&args.db, order_id)
+                .await?
+                .into_iter()
+                .filter(|u| u.status == UNIT_PENDING)
+                .collect();
+            (order, units)
+        }
+    };
     let outcomes = if units.is_empty() {
         Vec::new()
     } else {
@@ -460,19 +490,11 @@ async fn write_deliveries(db: &Db, batch: Vec<Delivery>) {
 async fn store_deliveries(db: &Db, profiles: &[esim::Model]) -> Result<Vec<bool>, sea_orm::DbErr> {
     let now = time::now();
     let txn = store::begin_write(db).await?;
-    let mut delivered = Vec::with_capacity(profiles.len());
-    for profile in profiles {
-        delivered.push(store::orders::deliver_unit(&txn, profile.clone(), now).await?);
-    }
-    let mut orders: Vec<&str> = profiles.iter().map(|p| p.order_id.as_str()).collect();
+    let delivered = store::orders::deliver_units(&txn, profiles, now).await?;
+    let mut orders: Vec<String> = profiles.iter().map(|p| p.order_id.clone()).collect();
     orders.sort_unstable();
     orders.dedup();
-    let mut settled = Vec::new();
-    for order_id in orders {
-        if let Some(order) = store::orders::finalize(&txn, order_id, now).await? {
-            settled.push((order_id.to_owned(), order));
-        }
-    }
+    let settled = store::orders::finalize_many(&txn, &orders, now).await?;
     txn.commit().await?;
     for (order_id, order) in settled {
         crate::metrics::order_settled(&order, now);

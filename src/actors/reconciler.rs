@@ -87,6 +87,7 @@ impl Actor for ReconcilerActor {
                     let _ = provisioning.cast(ProvisioningMsg::Provision {
                         order_id: id,
                         claimed_until: None,
+                        fresh: None,
                     });
                 }
             }

@@ -4,6 +4,8 @@
 //! conditional (`balance >= amount` for a debit) and the ledger row carries a
 //! unique `movement_key`; a unit moves out of `pending` only once.
 
+use std::collections::{HashMap, HashSet};
+
 use chrono::{DateTime, Utc};
 use entities::{esim, float, idempotency_key, ledger_entry, order, order_unit};
 use sea_orm::{
@@ -124,6 +126,23 @@ impl From<DbErr> for AcceptError {
     fn from(err: DbErr) -> Self {
         AcceptError::Db(err)
     }
+}
+
+/// The units an order is accepted with: one per quantity, pending.
+pub fn pending_units(order: &order::Model, now: DateTime<Utc>) -> Vec<order_unit::Model> {
+    (1..=order.quantity)
+        .map(|n| order_unit::Model {
+            id: unit_id(&order.id, n),
+            order_id: order.id.clone(),
+            unit_index: n,
+            status: rules::UNIT_PENDING.to_owned(),
+            supplier_order_no: None,
+            supplier_txn_id: None,
+            attempts: 0,
+            last_error: None,
+            updated_at: now,
+        })
+        .collect()
 }
 
 /// The id of an order's `n`-th unit (also the supplier transaction id).
@@ -455,28 +474,44 @@ pub async fn unit_failed_attempt<C: ConnectionTrait>(
         .map(|_| ())
 }
 
-/// Stores a delivered profile and marks its unit delivered, once.
-/// Returns false when the unit was already settled (nothing written).
-pub async fn deliver_unit<C: ConnectionTrait>(
+/// Stores delivered profiles and marks their units delivered, each once,
+/// in a constant number of statements whatever their number: one update
+/// that settles the units still pending (and says which), one insert of
+/// their profiles. Returns, per profile, whether it was stored (false: its
+/// unit was already settled, nothing written).
+pub async fn deliver_units<C: ConnectionTrait>(
     txn: &C,
-    profile: esim::Model,
+    profiles: &[esim::Model],
     now: DateTime<Utc>,
-) -> Result<bool, DbErr> {
-    let settled = order_unit::Entity::update_many()
+) -> Result<Vec<bool>, DbErr> {
+    if profiles.is_empty() {
+        return Ok(Vec::new());
+    }
+    let settled: HashSet<String> = order_unit::Entity::update_many()
         .col_expr(
             order_unit::Column::Status,
             Expr::value(rules::UNIT_DELIVERED),
         )
         .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
-        .filter(order_unit::Column::Id.eq(profile.unit_id.as_str()))
+        .filter(order_unit::Column::Id.is_in(profiles.iter().map(|p| p.unit_id.as_str())))
         .filter(order_unit::Column::Status.eq(rules::UNIT_PENDING))
-        .exec(txn)
-        .await?;
-    if settled.rows_affected != 1 {
-        return Ok(false);
-    }
-    esim::ActiveModel::from(profile).insert(txn).await?;
-    Ok(true)
+        .exec_with_returning(txn)
+        .await?
+        .into_iter()
+        .map(|unit| unit.id)
+        .collect();
+    let stored: Vec<bool> = profiles
+        .iter()
+        .map(|p| settled.contains(&p.unit_id))
+        .collect();
+    let rows: Vec<esim::ActiveModel> = profiles
+        .iter()
+        .zip(&stored)
+        .filter(|(_, stored)| **stored)
+        .map(|(p, _)| esim::ActiveModel::from(p.clone()))
+        .collect();
+    insert_chunks::<esim::Entity, _>(txn, rows).await?;
+    Ok(stored)
 }
 
 /// Refunds one pending unit: marks it refunded, credits the float, writes
@@ -558,38 +593,79 @@ pub async fn finalize<C: ConnectionTrait>(
     order_id: &str,
     now: DateTime<Utc>,
 ) -> Result<Option<Settled>, DbErr> {
-    let units = units_of(db, order_id).await?;
-    let count = |status: &str| units.iter().filter(|u| u.status == status).count();
-    let Some(status) = rules::settled_status(
-        count(rules::UNIT_DELIVERED),
-        count(rules::UNIT_REFUNDED),
-        count(rules::UNIT_PENDING),
-    ) else {
-        return Ok(None);
-    };
-    // One statement settles and reads back (RETURNING, on SQLite and
-    // PostgreSQL alike); no row means another pass settled it first.
-    let settled = order::Entity::update_many()
-        .col_expr(order::Column::Status, Expr::value(status))
-        .col_expr(order::Column::CompletedAt, Expr::value(Some(now)))
-        .col_expr(
-            order::Column::ClaimedUntil,
-            Expr::value(Option::<DateTime<Utc>>::None),
-        )
-        .col_expr(
-            order::Column::ClaimedBy,
-            Expr::value(Option::<String>::None),
-        )
-        .filter(order::Column::Id.eq(order_id))
-        .filter(order::Column::Status.eq(rules::PROCESSING))
-        .exec_with_returning(db)
+    let mut settled = finalize_many(db, &[order_id.to_owned()], now).await?;
+    Ok(settled.pop().map(|(_, settled)| settled))
+}
+
+/// Settles every order of `order_ids` with no unit pending, in at most four
+/// statements whatever their number: one count of their units by status,
+/// then one update per final status (RETURNING, on SQLite and PostgreSQL
+/// alike; an order another pass settled first is not returned). Returns the
+/// orders this call settled.
+pub async fn finalize_many<C: ConnectionTrait>(
+    db: &C,
+    order_ids: &[String],
+    now: DateTime<Utc>,
+) -> Result<Vec<(String, Settled)>, DbErr> {
+    if order_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let counts: Vec<(String, String, i64)> = order_unit::Entity::find()
+        .select_only()
+        .column(order_unit::Column::OrderId)
+        .column(order_unit::Column::Status)
+        .column_as(order_unit::Column::Id.count(), "units")
+        .filter(order_unit::Column::OrderId.is_in(order_ids.iter().map(String::as_str)))
+        .group_by(order_unit::Column::OrderId)
+        .group_by(order_unit::Column::Status)
+        .into_tuple()
+        .all(db)
         .await?;
-    Ok(settled.into_iter().next().map(|order| Settled {
-        status,
-        mode: order.mode,
-        failure_code: order.failure_code,
-        created_at: order.created_at,
-    }))
+    let mut tally: HashMap<&str, [usize; 3]> = HashMap::new();
+    for (order_id, status, units) in &counts {
+        let slot = match status.as_str() {
+            rules::UNIT_DELIVERED => 0,
+            rules::UNIT_REFUNDED => 1,
+            _ => 2,
+        };
+        tally.entry(order_id.as_str()).or_default()[slot] += usize::try_from(*units).unwrap_or(0);
+    }
+    let mut by_status: HashMap<&'static str, Vec<&str>> = HashMap::new();
+    for (order_id, [delivered, refunded, pending]) in &tally {
+        if let Some(status) = rules::settled_status(*delivered, *refunded, *pending) {
+            by_status.entry(status).or_default().push(order_id);
+        }
+    }
+    let mut settled = Vec::new();
+    for (status, ids) in by_status {
+        let rows = order::Entity::update_many()
+            .col_expr(order::Column::Status, Expr::value(status))
+            .col_expr(order::Column::CompletedAt, Expr::value(Some(now)))
+            .col_expr(
+                order::Column::ClaimedUntil,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+            .col_expr(
+                order::Column::ClaimedBy,
+                Expr::value(Option::<String>::None),
+            )
+            .filter(order::Column::Id.is_in(ids))
+            .filter(order::Column::Status.eq(rules::PROCESSING))
+            .exec_with_returning(db)
+            .await?;
+        settled.extend(rows.into_iter().map(|order| {
+            (
+                order.id,
+                Settled {
+                    status,
+                    mode: order.mode,
+                    failure_code: order.failure_code,
+                    created_at: order.created_at,
+                },
+            )
+        }));
+    }
+    Ok(settled)
 }
 
 /// Rows per multi-row insert, inside every database's bind-parameter limit.
@@ -671,21 +747,8 @@ pub async fn accept_batch<C: ConnectionTrait>(
         .collect();
     let unit_rows: Vec<order_unit::ActiveModel> = orders
         .iter()
-        .flat_map(|o| {
-            (1..=o.order.quantity).map(move |n| {
-                order_unit::ActiveModel::from(order_unit::Model {
-                    id: unit_id(&o.order.id, n),
-                    order_id: o.order.id.clone(),
-                    unit_index: n,
-                    status: rules::UNIT_PENDING.to_owned(),
-                    supplier_order_no: None,
-                    supplier_txn_id: None,
-                    attempts: 0,
-                    last_error: None,
-                    updated_at: now,
-                })
-            })
-        })
+        .flat_map(|o| pending_units(&o.order, now))
+        .map(order_unit::ActiveModel::from)
         .collect();
     let mut key_rows: Vec<idempotency_key::ActiveModel> = orders
         .iter()
