@@ -509,7 +509,8 @@ fn announce(state: &AccountState, decision: &Result<Decision, ApiError>) {
     }
 }
 
-/// Refunds undelivered units, one transaction each, then settles the order.
+/// Refunds undelivered units and settles the order if nothing is left
+/// pending, all in one transaction.
 async fn refund(
     state: &mut AccountState,
     order_id: &str,
@@ -521,18 +522,16 @@ async fn refund(
         return Ok(());
     };
     let mode = Mode::parse(&order.mode).unwrap_or(Mode::Sandbox);
-    for unit_id in unit_ids {
-        let txn = store::begin_write(&db).await?;
-        let refunded =
-            store::orders::refund_unit(&txn, &order, unit_id, failure, time::now()).await?;
-        txn.commit().await?;
-        if let Some(balance_after) = refunded {
-            *state.floats.of_mut(mode) = balance_after;
-            tracing::info!(partner_id = %order.partner_id, order_id, unit_id, failure = failure.as_str(), "unit refunded");
-        }
-    }
     let now = time::now();
-    if let Some(settled) = store::orders::finalize(&db, order_id, now).await? {
+    let txn = store::begin_write(&db).await?;
+    let refunded = store::orders::refund_units(&txn, &order, unit_ids, failure, now).await?;
+    let settled = store::orders::finalize(&txn, order_id, now).await?;
+    txn.commit().await?;
+    if let Some(balance_after) = refunded {
+        *state.floats.of_mut(mode) = balance_after;
+        tracing::info!(partner_id = %order.partner_id, order_id, units = unit_ids.len(), failure = failure.as_str(), "units refunded");
+    }
+    if let Some(settled) = settled {
         crate::metrics::order_settled(&settled, now);
     }
     Ok(())

@@ -190,13 +190,10 @@ pub async fn move_money_with<C: ConnectionTrait>(
     if delta < 0 && !allow_overdraft {
         update = update.filter(float::Column::BalanceCents.gte(-delta));
     }
-    if update.exec(db).await?.rows_affected != 1 {
+    // One statement moves and reads back (RETURNING); no row: the guard fired.
+    let Some(row) = update.exec_with_returning(db).await?.into_iter().next() else {
         return Ok(None);
-    }
-    let row = float::Entity::find_by_id((partner_id.to_owned(), mode.as_str().to_owned()))
-        .one(db)
-        .await?
-        .ok_or_else(|| DbErr::RecordNotFound(format!("float {partner_id}/{}", mode.as_str())))?;
+    };
     let seq = (mode == Mode::Live).then_some(row.next_seq - 1);
     Ok(Some((row.balance_cents, seq)))
 }
@@ -514,65 +511,99 @@ pub async fn deliver_units<C: ConnectionTrait>(
     Ok(stored)
 }
 
-/// Refunds one pending unit: marks it refunded, credits the float, writes
-/// (live) a `refund` row, and adds to the order's `refunded_cents`.
-/// Returns the balance after, or `None` when the unit was already settled.
-pub async fn refund_unit<C: ConnectionTrait>(
+/// Refunds the units of `unit_ids` still pending, in a constant number of
+/// statements whatever their number: one update that marks them refunded
+/// (and says which), one credit of the float for all of them, one insert of
+/// their `refund` rows (live; each with its own `seq`, `balance_after` and
+/// `movement_key`), one addition to the order's `refunded_cents`. Returns
+/// the balance after, or `None` when every unit was already settled.
+pub async fn refund_units<C: ConnectionTrait>(
     txn: &C,
     order: &order::Model,
-    unit_id: &str,
+    unit_ids: &[String],
     failure: FailureCode,
     now: DateTime<Utc>,
 ) -> Result<Option<i64>, DbErr> {
-    let settled = order_unit::Entity::update_many()
+    if unit_ids.is_empty() {
+        return Ok(None);
+    }
+    let mut refunded: Vec<String> = order_unit::Entity::update_many()
         .col_expr(
             order_unit::Column::Status,
             Expr::value(rules::UNIT_REFUNDED),
         )
         .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
-        .filter(order_unit::Column::Id.eq(unit_id))
+        .filter(order_unit::Column::Id.is_in(unit_ids.iter().map(String::as_str)))
+        .filter(order_unit::Column::OrderId.eq(order.id.as_str()))
         .filter(order_unit::Column::Status.eq(rules::UNIT_PENDING))
-        .exec(txn)
-        .await?;
-    if settled.rows_affected != 1 {
+        .exec_with_returning(txn)
+        .await?
+        .into_iter()
+        .map(|unit| unit.id)
+        .collect();
+    if refunded.is_empty() {
         return Ok(None);
     }
+    refunded.sort_unstable();
     let mode = Mode::parse(&order.mode).unwrap_or(Mode::Sandbox);
-    let amount = order.unit_price_cents;
-    let (balance_after, seq) = move_money(txn, &order.partner_id, mode, amount, now)
-        .await?
-        .ok_or_else(|| DbErr::RecordNotFound("float".into()))?;
-    if let Some(seq) = seq {
-        insert_ledger(
-            txn,
-            LedgerRow {
-                partner_id: &order.partner_id,
-                seq,
-                kind: "refund",
-                amount_cents: amount,
-                balance_after_cents: balance_after,
-                description: format!(
-                    "refund of undelivered unit {unit_id} ({})",
-                    failure.as_str()
-                ),
-                order_id: Some(&order.id),
-                deposit_id: None,
-                movement_key: Some(format!("{unit_id}:refund")),
-                now,
-            },
+    let count = refunded.len() as i64;
+    let total = order.unit_price_cents * count;
+    let mut update = float::Entity::update_many()
+        .col_expr(
+            float::Column::BalanceCents,
+            Expr::col(float::Column::BalanceCents).add(total),
         )
-        .await?;
+        .col_expr(float::Column::UpdatedAt, Expr::value(now))
+        .filter(float::Column::PartnerId.eq(order.partner_id.as_str()))
+        .filter(float::Column::Mode.eq(mode.as_str()));
+    if mode == Mode::Live {
+        update = update.col_expr(
+            float::Column::NextSeq,
+            Expr::col(float::Column::NextSeq).add(count),
+        );
+    }
+    let float = update
+        .exec_with_returning(txn)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| DbErr::RecordNotFound("float".into()))?;
+    if mode == Mode::Live {
+        let mut balance = float.balance_cents - total;
+        let rows: Vec<ledger_entry::ActiveModel> = (float.next_seq - count..)
+            .zip(&refunded)
+            .map(|(seq, unit_id)| {
+                balance += order.unit_price_cents;
+                ledger_entry::ActiveModel::from(ledger_entry::Model {
+                    id: LedgerEntryId::generate().into_string(),
+                    partner_id: order.partner_id.clone(),
+                    seq,
+                    kind: "refund".to_owned(),
+                    amount_cents: order.unit_price_cents,
+                    balance_after_cents: balance,
+                    description: format!(
+                        "refund of undelivered unit {unit_id} ({})",
+                        failure.as_str()
+                    ),
+                    order_id: Some(order.id.clone()),
+                    deposit_id: None,
+                    movement_key: Some(format!("{unit_id}:refund")),
+                    created_at: now,
+                })
+            })
+            .collect();
+        insert_chunks::<ledger_entry::Entity, _>(txn, rows).await?;
     }
     order::Entity::update_many()
         .col_expr(
             order::Column::RefundedCents,
-            Expr::col(order::Column::RefundedCents).add(amount),
+            Expr::col(order::Column::RefundedCents).add(total),
         )
         .col_expr(order::Column::FailureCode, Expr::value(failure.as_str()))
         .filter(order::Column::Id.eq(order.id.as_str()))
         .exec(txn)
         .await?;
-    Ok(Some(balance_after))
+    Ok(Some(float.balance_cents))
 }
 
 /// An order that [`finalize`] settled.
@@ -710,13 +741,9 @@ pub async fn accept_batch<C: ConnectionTrait>(
                 Expr::col(float::Column::NextSeq).add(count),
             );
         }
-        if update.exec(txn).await?.rows_affected != 1 {
+        let Some(row) = update.exec_with_returning(txn).await?.into_iter().next() else {
             return Err(AcceptError::Insufficient);
-        }
-        let row = float::Entity::find_by_id((partner_id.to_owned(), mode.as_str().to_owned()))
-            .one(txn)
-            .await?
-            .ok_or(AcceptError::Insufficient)?;
+        };
         match mode {
             Mode::Live => {
                 let mut balance = row.balance_cents + total;
