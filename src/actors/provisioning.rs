@@ -337,8 +337,8 @@ async fn deal(
     txn: String,
     units: Vec<order_unit::Model>,
 ) -> Vec<UnitOutcome> {
-    let profiles = match args.supplier_orders.outcome(&txn).await {
-        Outcome::Profiles(profiles) => profiles,
+    let delivered = match args.supplier_orders.outcome(&txn).await {
+        Outcome::Profiles(delivered) => delivered,
         Outcome::Failed { code, reason } => {
             tracing::warn!(order_id = %order.id, transaction_id = %txn, reason, "supplier order failed; refunding its units");
             return units
@@ -351,15 +351,11 @@ async fn deal(
             return units.into_iter().map(|_| UnitOutcome::Later).collect();
         }
     };
-    // Every carrier of the supplier order, in dealing order.
-    let carriers = match store::supplier_orders::units_of(&args.db, &txn).await {
-        Ok(carriers) => carriers,
-        Err(_) => return units.into_iter().map(|_| UnitOutcome::Later).collect(),
-    };
     let mut outcomes = Vec::with_capacity(units.len());
     for unit in units {
-        let seat = carriers.iter().position(|c| c.id == unit.id);
-        match seat.and_then(|seat| profiles.get(seat)) {
+        // Every carrier of the supplier order, in dealing order.
+        let seat = delivered.carriers.iter().position(|c| *c == unit.id);
+        match seat.and_then(|seat| delivered.profiles.get(seat)) {
             Some(profile) => {
                 outcomes.push(store_profile(args, order, &unit, profile.clone()).await)
             }

@@ -67,13 +67,22 @@ pub struct SupplierOrdersArgs {
 /// How a supplier order ended, as its carriers see it.
 #[derive(Debug, Clone)]
 pub enum Outcome {
-    /// The profiles allocated, sorted by ICCID (fewer than the units only if
-    /// the deadline passed first).
-    Profiles(Arc<Vec<Profile>>),
+    /// The profiles allocated, with the units they are dealt to.
+    Profiles(Arc<Delivered>),
     /// Nothing will be delivered.
     Failed { code: FailureCode, reason: String },
     /// Not settled now (the database could not be reached): try again later.
     Later(String),
+}
+
+/// What a supplier order delivered, read once for all its carriers.
+#[derive(Debug)]
+pub struct Delivered {
+    /// The profiles, sorted by ICCID (fewer than the units only if the
+    /// deadline passed first).
+    pub profiles: Vec<Profile>,
+    /// The ids of the units it carries, sorted: the n-th gets the n-th profile.
+    pub carriers: Vec<String>,
 }
 
 /// A request to carry some units.
@@ -101,7 +110,12 @@ struct Inner {
     wakers: Mutex<HashMap<String, Arc<Notify>>>,
     /// When the supplier's webhook last woke a driver here.
     last_webhook: Mutex<Option<std::time::Instant>>,
+    /// When finished drivers were last forgotten.
+    last_pruned: Mutex<std::time::Instant>,
 }
+
+/// How often finished drivers are forgotten.
+const PRUNE_EVERY: Duration = Duration::from_secs(1);
 
 /// While webhooks arrived this recently, a driver waits for one (up to the
 /// longest poll interval) before its first question, instead of asking early.
@@ -130,6 +144,7 @@ impl SupplierOrders {
             drivers: Mutex::default(),
             wakers: Mutex::default(),
             last_webhook: Mutex::default(),
+            last_pruned: Mutex::new(std::time::Instant::now()),
         });
         tokio::spawn(placer_loop(inner.args.clone(), placing, requests));
         Self { inner }
@@ -181,8 +196,16 @@ impl SupplierOrders {
                 return driver.outcome.clone();
             }
         }
-        drivers
-            .retain(|_, d| d.outcome.borrow().is_none() || d.started.elapsed() < REMEMBER_FINISHED);
+        // Forgetting finished drivers walks them all: at most once a second,
+        // not once per supplier order.
+        let mut pruned = lock(&self.inner.last_pruned);
+        if pruned.elapsed() >= PRUNE_EVERY {
+            drivers.retain(|_, d| {
+                d.outcome.borrow().is_none() || d.started.elapsed() < REMEMBER_FINISHED
+            });
+            *pruned = std::time::Instant::now();
+        }
+        drop(pruned);
         let (sender, receiver) = watch::channel(None);
         drivers.insert(
             transaction_id.to_owned(),
@@ -409,6 +432,18 @@ async fn drive(inner: &Inner, id: &str) -> Outcome {
     outcome
 }
 
+/// The outcome of allocated profiles: they and the units they go to, read
+/// once here rather than by every order that carries a unit.
+async fn delivered(args: &SupplierOrdersArgs, id: &str, profiles: Vec<Profile>) -> Outcome {
+    match rows::units_of(&args.db, id).await {
+        Ok(units) => Outcome::Profiles(Arc::new(Delivered {
+            profiles,
+            carriers: units.into_iter().map(|u| u.id).collect(),
+        })),
+        Err(err) => Outcome::Later(format!("reading the units of {id}: {err}")),
+    }
+}
+
 /// Places a live supplier order in one of the placement slots.
 async fn place_in_slot(
     inner: &Inner,
@@ -508,7 +543,7 @@ async fn await_profiles(
         match supplier.query(order_no).await {
             Ok(Allocation::Ready(profiles)) if profiles.len() >= wanted => {
                 let _ = rows::finish(&args.db, &row.id, rows::ALLOCATED, None, time::now()).await;
-                return Outcome::Profiles(Arc::new(sorted(profiles)));
+                return delivered(args, &row.id, sorted(profiles)).await;
             }
             Ok(Allocation::Ready(profiles)) => seen = profiles,
             Ok(Allocation::Pending) => {}
@@ -544,7 +579,7 @@ async fn await_profiles(
                 time::now(),
             )
             .await;
-            return Outcome::Profiles(Arc::new(sorted(seen)));
+            return delivered(args, &row.id, sorted(seen)).await;
         }
         let left = (deadline - time::now()).to_std().unwrap_or_default();
         tokio::select! {
