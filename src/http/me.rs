@@ -111,12 +111,10 @@ pub async fn balance(
     Extension(caller): Extension<Caller>,
     StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
 ) -> Result<Json<BalanceView>, ApiError> {
-    let partner = store::partners::find(&state.db, caller.partner_id())
+    let (partner, float) = store::partners::with_float(&state.db, caller.partner_id(), caller.mode)
         .await?
-        .ok_or_else(|| ApiError::internal("authenticated partner vanished"))?;
-    let balance_cents = store::partners::float_balance(&state.db, caller.partner_id(), caller.mode)
-        .await?
-        .ok_or_else(|| ApiError::internal("float missing"))?;
+        .ok_or_else(|| ApiError::internal("the partner's float is missing"))?;
+    let balance_cents = float.balance_cents;
     let discount_bps = match partner.discount_override_bps {
         Some(bps) => i64::from(bps),
         None => state

@@ -135,6 +135,19 @@ pub async fn update<C: ConnectionTrait>(
 }
 
 /// The balance of one float, read fresh.
+/// A partner with the float of one mode, in one query (a join).
+pub async fn with_float<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    mode: Mode,
+) -> Result<Option<(partner::Model, float::Model)>, DbErr> {
+    let found = float::Entity::find_by_id((partner_id.to_owned(), mode.as_str().to_owned()))
+        .find_also_related(partner::Entity)
+        .one(db)
+        .await?;
+    Ok(found.and_then(|(float, partner)| Some((partner?, float))))
+}
+
 pub async fn float_balance<C: ConnectionTrait>(
     db: &C,
     partner_id: &str,
