@@ -39,6 +39,54 @@ load() { "$bin" loadtest --public-url http://127.0.0.1:18580 --operator-url http
 databases=("sqlite://$work/bench-DB.db?mode=rwc")
 if pg_isready -h 127.0.0.1 -q 2>/dev/null; then databases+=("$PG_URL/esim_bench_DB"); fi
 
+# --- Side by side: an outside load generator (wrk) against the service, the
+# naive one-transaction-per-order loop, and the project's own loadtest, in
+# one run. Also the server's CPU per accepted order and GET /balance.
+operator() { # operator <method> <path> [json]
+  curl -sf -X "$1" "http://127.0.0.1:18581/operator/v1$2" -H "Authorization: Bearer dev-operator-token-change-me" \
+    -H 'Content-Type: application/json' ${3:+-d "$3"}
+}
+funded_key() { # prints a live key's secret of a new gold partner with a large float
+  local id
+  id=$(operator POST /partners "{\"name\":\"wrk $RANDOM\",\"slug\":\"wrk-$RANDOM$RANDOM\",\"tier\":\"gold\",\"status\":\"live\"}" | jq -r .id)
+  operator POST "/partners/$id/movements" '{"kind":"adjustment","amount_cents":1000000000,"description":"bench funding"}' >/dev/null
+  operator POST "/partners/$id/keys" '{"mode":"live","label":"wrk"}' | jq -r .secret
+}
+cpu_ticks() { awk '{print $14+$15}' "/proc/$server/stat"; }
+accepted_total() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_orders_accepted_total/ {s+=$2} END {print s+0}'; }
+settled_total() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_orders_settled_total/ {s+=$2} END {print s+0}'; }
+wait_settled() { # waits (up to 120 s) until every accepted order settled; prints the seconds waited
+  local began=$SECONDS
+  for _ in $(seq 1 600); do [ "$(settled_total)" = "$(accepted_total)" ] && break; sleep 0.2; done
+  echo $((SECONDS - began))
+}
+orders_side_by_side() {
+  cargo build --release -q --example naive_orders
+  for database in "${databases[@]}"; do
+    local tag="wrk-$RANDOM" url kind
+    url="${database/DB/$tag}"; kind="${url%%:*}"
+    if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi
+    start_server "$url" batch ESIM__PROVISIONING__CONCURRENCY=100000
+    local key before after orders cpu settle
+    key=$(funded_key)
+    before=$(cpu_ticks)
+    result=$(API_KEY="$key" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
+    settle=$(wait_settled)
+    after=$(cpu_ticks); orders=$(accepted_total)
+    cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
+    echo "{\"database\":\"$kind\",\"shape\":\"one hot partner\",\"result\":$result,\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu}"
+    echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$(API_KEY="$key" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)}"
+    stop_server
+    if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_$tag\" WITH (FORCE)" >/dev/null; fi
+    local naive="${database/DB/naive-$tag}"
+    if [[ "$naive" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_naive-$tag\"" >/dev/null; fi
+    "$CARGO_TARGET_DIR/release/examples/naive_orders" --url "$naive" --concurrency "$CONCURRENCY" --duration "$DURATION"
+    if [[ "$naive" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_naive-$tag\" WITH (FORCE)" >/dev/null; fi
+  done
+}
+if [ "${1:-all}" = orders ]; then orders_side_by_side; exit 0; fi
+orders_side_by_side
+
 for database in "${databases[@]}"; do
   for mode in batch per_request; do
     for shape in hot many; do

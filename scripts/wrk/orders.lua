@@ -1,0 +1,46 @@
+-- wrk script: POST /partner/v1/orders with a unique Idempotency-Key per
+-- request (run prefix, thread number, counter). API_KEY: a live key's
+-- secret; PLAN_ID: the plan (default pl_fr_1gb_7d). Prints one JSON line.
+local threads = {}
+local run = os.getenv("RUN") or tostring(os.time())
+
+function setup(thread)
+  thread:set("tid", #threads + 1)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  counter = 0
+  statuses = {}
+  wrk.method = "POST"
+  wrk.headers["Authorization"] = "Bearer " .. (os.getenv("API_KEY") or "")
+  wrk.headers["Content-Type"] = "application/json"
+  wrk.body = '{"plan_id":"' .. (os.getenv("PLAN_ID") or "pl_fr_1gb_7d") .. '","quantity":1}'
+end
+
+function request()
+  counter = counter + 1
+  wrk.headers["Idempotency-Key"] = string.format("wrk-%s-%d-%010d", run, tid, counter)
+  return wrk.format(nil, "/partner/v1/orders")
+end
+
+function response(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+end
+
+function done(summary, latency, requests)
+  local by = {}
+  for _, thread in ipairs(threads) do
+    local s = thread:get("statuses")
+    for code, n in pairs(s) do by[code] = (by[code] or 0) + n end
+  end
+  local parts = {}
+  for code, n in pairs(by) do table.insert(parts, string.format('"%d":%d', code, n)) end
+  local seconds = summary.duration / 1e6
+  io.write(string.format(
+    '{"generator":"wrk","requests":%d,"seconds":%.2f,"requests_per_second":%.0f,"accepted_per_second":%.0f,"p50_ms":%.2f,"p99_ms":%.2f,"errors":%d,"statuses":{%s}}\n',
+    summary.requests, seconds, summary.requests / seconds, (by[202] or 0) / seconds,
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout + summary.errors.status,
+    table.concat(parts, ",")))
+end
