@@ -173,6 +173,26 @@ pub async fn move_money_with<C: ConnectionTrait>(
     allow_overdraft: bool,
     now: DateTime<Utc>,
 ) -> Result<Option<(i64, Option<i64>)>, DbErr> {
+    let Some(row) = move_float(db, partner_id, mode, delta, 1, allow_overdraft, now).await? else {
+        return Ok(None);
+    };
+    let seq = (mode == Mode::Live).then_some(row.next_seq - 1);
+    Ok(Some((row.balance_cents, seq)))
+}
+
+/// Moves `delta` cents on a float in one statement and reads the float back
+/// (RETURNING). On the live float it also takes `ledger_rows` ledger `seq`s
+/// (the row's `next_seq` after is one past the last). A debit is refused
+/// (`None`) when it would overdraw, unless `allow_overdraft`.
+async fn move_float<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    mode: Mode,
+    delta: i64,
+    ledger_rows: i64,
+    allow_overdraft: bool,
+    now: DateTime<Utc>,
+) -> Result<Option<float::Model>, DbErr> {
     let mut update = float::Entity::update_many()
         .col_expr(
             float::Column::BalanceCents,
@@ -184,18 +204,13 @@ pub async fn move_money_with<C: ConnectionTrait>(
     if mode == Mode::Live {
         update = update.col_expr(
             float::Column::NextSeq,
-            Expr::col(float::Column::NextSeq).add(1),
+            Expr::col(float::Column::NextSeq).add(ledger_rows),
         );
     }
     if delta < 0 && !allow_overdraft {
         update = update.filter(float::Column::BalanceCents.gte(-delta));
     }
-    // One statement moves and reads back (RETURNING); no row: the guard fired.
-    let Some(row) = update.exec_with_returning(db).await?.into_iter().next() else {
-        return Ok(None);
-    };
-    let seq = (mode == Mode::Live).then_some(row.next_seq - 1);
-    Ok(Some((row.balance_cents, seq)))
+    Ok(update.exec_with_returning(db).await?.into_iter().next())
 }
 
 /// A ledger row to write.
@@ -548,25 +563,8 @@ pub async fn refund_units<C: ConnectionTrait>(
     let mode = Mode::parse(&order.mode).unwrap_or(Mode::Sandbox);
     let count = refunded.len() as i64;
     let total = order.unit_price_cents * count;
-    let mut update = float::Entity::update_many()
-        .col_expr(
-            float::Column::BalanceCents,
-            Expr::col(float::Column::BalanceCents).add(total),
-        )
-        .col_expr(float::Column::UpdatedAt, Expr::value(now))
-        .filter(float::Column::PartnerId.eq(order.partner_id.as_str()))
-        .filter(float::Column::Mode.eq(mode.as_str()));
-    if mode == Mode::Live {
-        update = update.col_expr(
-            float::Column::NextSeq,
-            Expr::col(float::Column::NextSeq).add(count),
-        );
-    }
-    let float = update
-        .exec_with_returning(txn)
+    let float = move_float(txn, &order.partner_id, mode, total, count, false, now)
         .await?
-        .into_iter()
-        .next()
         .ok_or_else(|| DbErr::RecordNotFound("float".into()))?;
     if mode == Mode::Live {
         let mut balance = float.balance_cents - total;
@@ -726,22 +724,7 @@ pub async fn accept_batch<C: ConnectionTrait>(
         }
         let total: i64 = mine.iter().map(|o| o.order.total_cents).sum();
         let count = mine.len() as i64;
-        let mut update = float::Entity::update_many()
-            .col_expr(
-                float::Column::BalanceCents,
-                Expr::col(float::Column::BalanceCents).sub(total),
-            )
-            .col_expr(float::Column::UpdatedAt, Expr::value(now))
-            .filter(float::Column::PartnerId.eq(partner_id))
-            .filter(float::Column::Mode.eq(mode.as_str()))
-            .filter(float::Column::BalanceCents.gte(total));
-        if mode == Mode::Live {
-            update = update.col_expr(
-                float::Column::NextSeq,
-                Expr::col(float::Column::NextSeq).add(count),
-            );
-        }
-        let Some(row) = update.exec_with_returning(txn).await?.into_iter().next() else {
+        let Some(row) = move_float(txn, partner_id, mode, -total, count, false, now).await? else {
             return Err(AcceptError::Insufficient);
         };
         match mode {
