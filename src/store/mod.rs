@@ -5,6 +5,7 @@
 //! `IMMEDIATE` ([`begin_write`]) so two writers never deadlock on a lock
 //! upgrade and SQLite never answers `SQLITE_BUSY` mid-transaction.
 
+pub mod bulk;
 pub mod catalogue;
 pub mod deposits;
 pub mod esims;

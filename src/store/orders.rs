@@ -14,6 +14,7 @@ use sea_orm::{
     sea_query::{Expr, ExprTrait},
 };
 
+use super::bulk;
 use crate::domain::{
     ids::LedgerEntryId,
     order::{self as rules, FailureCode},
@@ -66,7 +67,11 @@ pub async fn find_bindings<C: ConnectionTrait>(
     }
     let rows = idempotency_key::Entity::find()
         .filter(idempotency_key::Column::PartnerId.eq(partner_id))
-        .filter(idempotency_key::Column::Key.is_in(keys.iter().map(String::as_str)))
+        .filter(bulk::column_in(
+            db.get_database_backend(),
+            idempotency_key::Column::Key,
+            keys.iter().map(String::as_str),
+        ))
         .all(db)
         .await?;
     rows.into_iter()
@@ -296,7 +301,11 @@ pub async fn get_orders<C: ConnectionTrait>(
         return Ok(Vec::new());
     }
     order::Entity::find()
-        .filter(order::Column::Id.is_in(ids.iter().map(String::as_str)))
+        .filter(bulk::column_in(
+            db.get_database_backend(),
+            order::Column::Id,
+            ids.iter().map(String::as_str),
+        ))
         .all(db)
         .await
 }
@@ -369,7 +378,11 @@ pub async fn esims_of<C: ConnectionTrait>(
         return Ok(Vec::new());
     }
     esim::Entity::find()
-        .filter(esim::Column::OrderId.is_in(order_ids.iter().cloned()))
+        .filter(bulk::column_in(
+            db.get_database_backend(),
+            esim::Column::OrderId,
+            order_ids.iter().map(String::as_str),
+        ))
         .order_by_asc(esim::Column::UnitId)
         .all(db)
         .await
@@ -505,7 +518,11 @@ pub async fn deliver_units<C: ConnectionTrait>(
             Expr::value(rules::UNIT_DELIVERED),
         )
         .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
-        .filter(order_unit::Column::Id.is_in(profiles.iter().map(|p| p.unit_id.as_str())))
+        .filter(bulk::column_in(
+            txn.get_database_backend(),
+            order_unit::Column::Id,
+            profiles.iter().map(|p| p.unit_id.as_str()),
+        ))
         .filter(order_unit::Column::Status.eq(rules::UNIT_PENDING))
         .exec_with_returning(txn)
         .await?
@@ -516,13 +533,13 @@ pub async fn deliver_units<C: ConnectionTrait>(
         .iter()
         .map(|p| settled.contains(&p.unit_id))
         .collect();
-    let rows: Vec<esim::ActiveModel> = profiles
+    let rows: Vec<esim::Model> = profiles
         .iter()
         .zip(&stored)
         .filter(|(_, stored)| **stored)
-        .map(|(p, _)| esim::ActiveModel::from(p.clone()))
+        .map(|(p, _)| p.clone())
         .collect();
-    insert_chunks::<esim::Entity, _>(txn, rows).await?;
+    bulk::insert_models::<esim::Entity, _>(txn, &rows).await?;
     Ok(stored)
 }
 
@@ -548,7 +565,11 @@ pub async fn refund_units<C: ConnectionTrait>(
             Expr::value(rules::UNIT_REFUNDED),
         )
         .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
-        .filter(order_unit::Column::Id.is_in(unit_ids.iter().map(String::as_str)))
+        .filter(bulk::column_in(
+            txn.get_database_backend(),
+            order_unit::Column::Id,
+            unit_ids.iter().map(String::as_str),
+        ))
         .filter(order_unit::Column::OrderId.eq(order.id.as_str()))
         .filter(order_unit::Column::Status.eq(rules::UNIT_PENDING))
         .exec_with_returning(txn)
@@ -568,11 +589,11 @@ pub async fn refund_units<C: ConnectionTrait>(
         .ok_or_else(|| DbErr::RecordNotFound("float".into()))?;
     if mode == Mode::Live {
         let mut balance = float.balance_cents - total;
-        let rows: Vec<ledger_entry::ActiveModel> = (float.next_seq - count..)
+        let rows: Vec<ledger_entry::Model> = (float.next_seq - count..)
             .zip(&refunded)
             .map(|(seq, unit_id)| {
                 balance += order.unit_price_cents;
-                ledger_entry::ActiveModel::from(ledger_entry::Model {
+                ledger_entry::Model {
                     id: LedgerEntryId::generate().into_string(),
                     partner_id: order.partner_id.clone(),
                     seq,
@@ -587,10 +608,10 @@ pub async fn refund_units<C: ConnectionTrait>(
                     deposit_id: None,
                     movement_key: Some(format!("{unit_id}:refund")),
                     created_at: now,
-                })
+                }
             })
             .collect();
-        insert_chunks::<ledger_entry::Entity, _>(txn, rows).await?;
+        bulk::insert_models::<ledger_entry::Entity, _>(txn, &rows).await?;
     }
     order::Entity::update_many()
         .col_expr(
@@ -644,7 +665,11 @@ pub async fn finalize_many<C: ConnectionTrait>(
         .column(order_unit::Column::OrderId)
         .column(order_unit::Column::Status)
         .column_as(order_unit::Column::Id.count(), "units")
-        .filter(order_unit::Column::OrderId.is_in(order_ids.iter().map(String::as_str)))
+        .filter(bulk::column_in(
+            db.get_database_backend(),
+            order_unit::Column::OrderId,
+            order_ids.iter().map(String::as_str),
+        ))
         .group_by(order_unit::Column::OrderId)
         .group_by(order_unit::Column::Status)
         .into_tuple()
@@ -678,7 +703,11 @@ pub async fn finalize_many<C: ConnectionTrait>(
                 order::Column::ClaimedBy,
                 Expr::value(Option::<String>::None),
             )
-            .filter(order::Column::Id.is_in(ids))
+            .filter(bulk::column_in(
+                db.get_database_backend(),
+                order::Column::Id,
+                ids,
+            ))
             .filter(order::Column::Status.eq(rules::PROCESSING))
             .exec_with_returning(db)
             .await?;
@@ -696,9 +725,6 @@ pub async fn finalize_many<C: ConnectionTrait>(
     }
     Ok(settled)
 }
-
-/// Rows per multi-row insert, inside every database's bind-parameter limit.
-const INSERT_CHUNK: usize = 500;
 
 /// Persists a planned batch of one partner in the caller's transaction:
 /// one conditional debit per mode for the batch's total, then every order,
@@ -732,7 +758,7 @@ pub async fn accept_batch<C: ConnectionTrait>(
                 let mut balance = row.balance_cents + total;
                 for (seq, new) in (row.next_seq - count..).zip(&mine) {
                     balance -= new.order.total_cents;
-                    ledger_rows.push(ledger_entry::ActiveModel::from(ledger_entry::Model {
+                    ledger_rows.push(ledger_entry::Model {
                         id: LedgerEntryId::generate().into_string(),
                         partner_id: partner_id.to_owned(),
                         seq,
@@ -744,66 +770,44 @@ pub async fn accept_batch<C: ConnectionTrait>(
                         deposit_id: None,
                         movement_key: Some(format!("{}:purchase", new.order.id)),
                         created_at: now,
-                    }));
+                    });
                 }
                 after.0 = Some(row.balance_cents);
             }
             Mode::Sandbox => after.1 = Some(row.balance_cents),
         }
     }
-    let order_rows: Vec<order::ActiveModel> = orders
-        .iter()
-        .map(|o| order::ActiveModel::from(o.order.clone()))
-        .collect();
-    let unit_rows: Vec<order_unit::ActiveModel> = orders
+    let order_rows: Vec<order::Model> = orders.iter().map(|o| o.order.clone()).collect();
+    let unit_rows: Vec<order_unit::Model> = orders
         .iter()
         .flat_map(|o| pending_units(&o.order, now))
-        .map(order_unit::ActiveModel::from)
         .collect();
-    let mut key_rows: Vec<idempotency_key::ActiveModel> = orders
+    let mut key_rows: Vec<idempotency_key::Model> = orders
         .iter()
-        .map(|o| {
-            idempotency_key::ActiveModel::from(idempotency_key::Model {
-                partner_id: o.order.partner_id.clone(),
-                key: o.order.idempotency_key.clone(),
-                mode: o.order.mode.clone(),
-                fingerprint: o.fingerprint.clone(),
-                order_id: Some(o.order.id.clone()),
-                error_status: None,
-                error_body: None,
-                created_at: now,
-            })
-        })
-        .collect();
-    key_rows.extend(refusals.iter().map(|r| {
-        idempotency_key::ActiveModel::from(idempotency_key::Model {
-            partner_id: partner_id.to_owned(),
-            key: r.key.clone(),
-            mode: r.mode.as_str().to_owned(),
-            fingerprint: r.fingerprint.clone(),
-            order_id: None,
+        .map(|o| idempotency_key::Model {
+            partner_id: o.order.partner_id.clone(),
+            key: o.order.idempotency_key.clone(),
+            mode: o.order.mode.clone(),
+            fingerprint: o.fingerprint.clone(),
+            order_id: Some(o.order.id.clone()),
             error_status: None,
-            error_body: Some(r.refusal.to_stored()),
+            error_body: None,
             created_at: now,
         })
+        .collect();
+    key_rows.extend(refusals.iter().map(|r| idempotency_key::Model {
+        partner_id: partner_id.to_owned(),
+        key: r.key.clone(),
+        mode: r.mode.as_str().to_owned(),
+        fingerprint: r.fingerprint.clone(),
+        order_id: None,
+        error_status: None,
+        error_body: Some(r.refusal.to_stored()),
+        created_at: now,
     }));
-    insert_chunks::<order::Entity, _>(txn, order_rows).await?;
-    insert_chunks::<order_unit::Entity, _>(txn, unit_rows).await?;
-    insert_chunks::<idempotency_key::Entity, _>(txn, key_rows).await?;
-    insert_chunks::<ledger_entry::Entity, _>(txn, ledger_rows).await?;
+    bulk::insert_models::<order::Entity, _>(txn, &order_rows).await?;
+    bulk::insert_models::<order_unit::Entity, _>(txn, &unit_rows).await?;
+    bulk::insert_models::<idempotency_key::Entity, _>(txn, &key_rows).await?;
+    bulk::insert_models::<ledger_entry::Entity, _>(txn, &ledger_rows).await?;
     Ok(after)
-}
-
-async fn insert_chunks<E, C>(db: &C, rows: Vec<E::ActiveModel>) -> Result<(), DbErr>
-where
-    E: EntityTrait,
-    C: ConnectionTrait,
-    E::ActiveModel: sea_orm::ActiveModelTrait<Entity = E> + Send,
-{
-    let mut rows = rows.into_iter().peekable();
-    while rows.peek().is_some() {
-        let chunk: Vec<E::ActiveModel> = rows.by_ref().take(INSERT_CHUNK).collect();
-        E::insert_many(chunk).exec_without_returning(db).await?;
-    }
-    Ok(())
 }

@@ -31,7 +31,11 @@ pub async fn open<C: ConnectionTrait>(
     let taken = order_unit::Entity::update_many()
         .col_expr(order_unit::Column::SupplierTxnId, Expr::value(Some(id)))
         .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
-        .filter(order_unit::Column::Id.is_in(unit_ids.iter().map(String::as_str)))
+        .filter(super::bulk::column_in(
+            txn.get_database_backend(),
+            order_unit::Column::Id,
+            unit_ids.iter().map(String::as_str),
+        ))
         .filter(order_unit::Column::SupplierTxnId.is_null())
         .filter(order_unit::Column::Status.eq(rules::UNIT_PENDING))
         .exec(txn)

@@ -1,0 +1,215 @@
+//! Set-based statements whose text does not depend on how many rows they
+//! carry, so each is prepared once per connection and reused.
+//!
+//! A multi-row `INSERT .. VALUES (..), (..)` or an `IN (?, ?, ..)` list has a
+//! different text for every size, which defeats the driver's statement cache
+//! and, past a size, the databases' bind-parameter limits. Here the rows (or
+//! the ids) travel as one JSON array in one parameter and the database
+//! unpacks it: `json_each` on SQLite, `jsonb_to_recordset` /
+//! `jsonb_array_elements_text` on PostgreSQL. The column list and types come
+//! from the entity definition, so the statement cannot drift from the schema.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use sea_orm::{
+    ColumnTrait, ColumnType, ConnectionTrait, DbBackend, DbErr, EntityTrait, IdenStatic, Iterable,
+    ModelTrait, Statement, Value, sea_query::SimpleExpr,
+};
+
+/// Inserts `models` into their table in one statement whatever their number
+/// (none: nothing is sent).
+pub async fn insert_models<E, C>(db: &C, models: &[E::Model]) -> Result<(), DbErr>
+where
+    E: EntityTrait,
+    C: ConnectionTrait,
+{
+    if models.is_empty() {
+        return Ok(());
+    }
+    let backend = db.get_database_backend();
+    let rows = rows_json::<E>(models)?;
+    let sql = insert_sql::<E>(backend);
+    db.execute_raw(Statement::from_sql_and_values(
+        backend,
+        sql,
+        [Value::from(rows)],
+    ))
+    .await
+    .map(|_| ())
+}
+
+/// `column IN (ids)` with the ids in one JSON parameter, for a filter whose
+/// text is the same for one id or ten thousand.
+pub fn column_in<'a>(
+    backend: DbBackend,
+    column: impl ColumnTrait,
+    ids: impl IntoIterator<Item = &'a str>,
+) -> SimpleExpr {
+    let list = serde_json::Value::from(ids.into_iter().collect::<Vec<_>>()).to_string();
+    let name = column.as_str().to_owned();
+    let sql = match backend {
+        DbBackend::Postgres => {
+            format!("\"{name}\" IN (SELECT jsonb_array_elements_text($1::jsonb))")
+        }
+        _ => format!("\"{name}\" IN (SELECT value FROM json_each(?))"),
+    };
+    SimpleExpr::cust_with_values(sql, [list])
+}
+
+/// The insert for entity `E`: the same text for any number of rows.
+fn insert_sql<E: EntityTrait>(backend: DbBackend) -> String {
+    let table = E::default().table_name().to_owned();
+    let columns: Vec<(String, &ColumnType)> = E::Column::iter()
+        .map(|c| (c.as_str().to_owned(), column_type(&c)))
+        .collect();
+    let names = columns
+        .iter()
+        .map(|(name, _)| format!("\"{name}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match backend {
+        DbBackend::Postgres => {
+            let picks = columns
+                .iter()
+                .map(|(name, ty)| match ty {
+                    ColumnType::Json | ColumnType::JsonBinary => format!("r.\"{name}\"::json"),
+                    _ => format!("r.\"{name}\""),
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            let shape = columns
+                .iter()
+                .map(|(name, ty)| format!("\"{name}\" {}", pg_type(ty)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "INSERT INTO \"{table}\" ({names}) SELECT {picks} \
+                 FROM jsonb_to_recordset($1::jsonb) AS r({shape})"
+            )
+        }
+        _ => {
+            let picks = columns
+                .iter()
+                .map(|(name, _)| format!("value ->> '{name}'"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("INSERT INTO \"{table}\" ({names}) SELECT {picks} FROM json_each(?)")
+        }
+    }
+}
+
+fn column_type<C: ColumnTrait>(column: &C) -> &'static ColumnType {
+    // `def()` builds a fresh definition; its type is one of a few constants,
+    // mapped here to a static so callers can keep it.
+    match column.def().get_column_type() {
+        ColumnType::Json | ColumnType::JsonBinary => &ColumnType::Json,
+        ColumnType::TimestampWithTimeZone | ColumnType::Timestamp | ColumnType::DateTime => {
+            &ColumnType::TimestampWithTimeZone
+        }
+        ColumnType::Integer | ColumnType::SmallInteger | ColumnType::TinyInteger => {
+            &ColumnType::Integer
+        }
+        ColumnType::BigInteger => &ColumnType::BigInteger,
+        ColumnType::Boolean => &ColumnType::Boolean,
+        _ => &ColumnType::Text,
+    }
+}
+
+fn pg_type(ty: &ColumnType) -> &'static str {
+    match ty {
+        // JSON travels as its text, so that SQLite stores exactly what the
+        // driver would have stored; PostgreSQL casts it back.
+        ColumnType::Json => "text",
+        ColumnType::TimestampWithTimeZone => "timestamptz",
+        ColumnType::Integer => "integer",
+        ColumnType::BigInteger => "bigint",
+        ColumnType::Boolean => "boolean",
+        _ => "text",
+    }
+}
+
+/// The rows as one JSON array of objects keyed by column name.
+fn rows_json<E: EntityTrait>(models: &[E::Model]) -> Result<String, DbErr> {
+    let columns: Vec<E::Column> = E::Column::iter().collect();
+    let names: Vec<String> = columns
+        .iter()
+        .map(|c| serde_json::Value::from(c.as_str()).to_string())
+        .collect();
+    let mut out = String::with_capacity(models.len() * 64 * columns.len());
+    out.push('[');
+    for (i, model) in models.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('{');
+        for (j, (column, name)) in columns.iter().zip(&names).enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            out.push_str(name);
+            out.push(':');
+            write_value(&mut out, model.get(*column))?;
+        }
+        out.push('}');
+    }
+    out.push(']');
+    Ok(out)
+}
+
+/// One cell as JSON, in the form the driver would have bound it.
+fn write_value(out: &mut String, value: Value) -> Result<(), DbErr> {
+    let json = match value {
+        Value::String(Some(s)) => serde_json::Value::from(s),
+        Value::Int(Some(n)) => serde_json::Value::from(n),
+        Value::BigInt(Some(n)) => serde_json::Value::from(n),
+        Value::SmallInt(Some(n)) => serde_json::Value::from(n),
+        Value::Bool(Some(b)) => serde_json::Value::from(b),
+        Value::ChronoDateTimeUtc(Some(t)) => serde_json::Value::from(timestamp(&t)),
+        // The document's text, as the driver stores a JSON column on SQLite.
+        Value::Json(Some(j)) => serde_json::Value::from(j.to_string()),
+        Value::String(None)
+        | Value::Int(None)
+        | Value::BigInt(None)
+        | Value::SmallInt(None)
+        | Value::Bool(None)
+        | Value::ChronoDateTimeUtc(None)
+        | Value::Json(None) => serde_json::Value::Null,
+        other => {
+            return Err(DbErr::Custom(format!(
+                "bulk insert: no JSON form for {other:?}"
+            )));
+        }
+    };
+    write!(out, "{json}").map_err(|e| DbErr::Custom(e.to_string()))
+}
+
+/// A timestamp in the exact text the SQLite driver stores (RFC 3339, `+00:00`,
+/// as many fraction digits as needed), so stored values keep comparing as
+/// text; PostgreSQL parses the same text.
+fn timestamp(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_match_the_sqlite_driver() {
+        let t = DateTime::parse_from_rfc3339("2026-11-25T10:00:00.120Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(timestamp(&t), "2026-11-25T10:00:00.120+00:00");
+    }
+
+    #[test]
+    fn insert_text_does_not_depend_on_the_rows() {
+        let sqlite = insert_sql::<entities::ledger_entry::Entity>(DbBackend::Sqlite);
+        assert!(sqlite.starts_with("INSERT INTO \"ledger_entries\" (\"id\", "));
+        assert!(sqlite.ends_with("FROM json_each(?)"));
+        let pg = insert_sql::<entities::ledger_entry::Entity>(DbBackend::Postgres);
+        assert!(pg.contains("\"created_at\" timestamptz"));
+        assert!(pg.contains("\"seq\" bigint"));
+    }
+}
