@@ -12,7 +12,7 @@
 #    reconciler exclusivity), then `loadtest` spread across the three nodes.
 #
 # CRASH_SEED fixes the random choices (each run prints its seed); CRASH_KILLS
-# sets the kills per run (default 6). Logs are kept when a run fails.
+# sets the kills per run (default 20). Logs are kept when a run fails.
 #
 # 4. with both: the provisioning-lease race (three nodes, one of them
 #    provisioning one order at a time behind a 2-second lease, so orders wait
@@ -24,7 +24,7 @@ bin="${1:?usage: scripts/crash_ci.sh <path to esim-reseller>}"
 [ -x "$bin" ] || { echo "not an executable: $bin" >&2; exit 2; }
 bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
 here="$(cd "$(dirname "$0")" && pwd)"
-kills="${CRASH_KILLS:-6}"
+kills="${CRASH_KILLS:-20}"
 seed_args=()
 [ -n "${CRASH_SEED:-}" ] && seed_args=(--seed "$CRASH_SEED")
 

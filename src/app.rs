@@ -26,7 +26,7 @@ use secrecy::ExposeSecret;
 use crate::{
     actors::{
         accounts::Accounts,
-        provisioning::{DeliveryWriter, ProvisioningArgs},
+        provisioning::{DeliveryWriter, ProvisioningArgs, ProvisioningHandle},
         reconciler::ReconcilerArgs,
         services::{ServicesArgs, ServicesMsg, ServicesSupervisor},
         supplier_orders::{SupplierOrders, SupplierOrdersArgs},
@@ -141,6 +141,11 @@ pub struct Application {
     operator_addr: SocketAddr,
     simulators: Option<TcpListener>,
     simulators_addr: Option<SocketAddr>,
+    heartbeat: Heartbeat,
+    /// Whether `/metrics` asks for the operator token.
+    metrics_require_token: bool,
+    /// Provisioning passes under way, waited for (bounded) at shutdown.
+    provisioning_tasks: tokio_util::task::TaskTracker,
     supplier_sim: Arc<SupplierSim>,
     payments_sim: Arc<PaymentsSim>,
     services: Option<ActorRef<ServicesMsg>>,
@@ -149,9 +154,8 @@ pub struct Application {
 impl Application {
     /// Connects, migrates and binds; logs a `listening` line per listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        refuse_development_secrets(&settings)?;
         crate::metrics::install();
-        let node_id: Arc<str> = format!("nd_{}", uuid::Uuid::now_v7().simple()).into();
-        tracing::info!(node_id = %node_id, "node starting");
         let db = store::connect(&settings.database).await?;
         store::migrate(&db).await?;
         if settings.catalogue.seed {
@@ -163,6 +167,7 @@ impl Application {
         )
         .await?;
         let catalogue_refresh = Duration::from_secs(settings.catalogue.refresh_seconds);
+        let metrics_require_token = settings.metrics_require_token();
 
         let public = bind("public", settings.http.public_addr).await?;
         let operator = bind("operator", settings.http.operator_addr).await?;
@@ -172,6 +177,11 @@ impl Application {
         };
         let public_addr = public.local_addr()?;
         let operator_addr = operator.local_addr()?;
+        let node_id = node_identity(&settings.node.id, settings.http.public_addr.port());
+        let node_started = crate::domain::time::now();
+        // Alive before the first order is claimed in its name.
+        store::nodes::beat(&db, &node_id, node_started, node_started).await?;
+        tracing::info!(node_id = %node_id, "node starting");
         let simulators_addr = simulators
             .as_ref()
             .map(TcpListener::local_addr)
@@ -206,11 +216,16 @@ impl Application {
         // SQLite takes one writer at a time: batch across partners too.
         let shared_writer = (batching && db.get_database_backend() == sea_orm::DbBackend::Sqlite)
             .then(|| CommitWriter::start(db.clone()));
+        let provisioning_handle = settings
+            .provisioning
+            .enabled
+            .then(ProvisioningHandle::default);
         let accounts = Accounts::start(
             db.clone(),
             Duration::from_secs(settings.accounts.idle_seconds),
             batching,
             shared_writer,
+            provisioning_handle.clone(),
         )
         .await?;
         let payments_sim = PaymentsSim::new(
@@ -242,7 +257,8 @@ impl Application {
             deadline: Duration::from_secs(settings.supplier.deadline_seconds),
             node_id: node_id.clone(),
         });
-        let services = if settings.provisioning.enabled {
+        let provisioning_tasks = tokio_util::task::TaskTracker::new();
+        let services = if let Some(handle) = provisioning_handle.clone() {
             let provisioning = ProvisioningArgs {
                 writer: DeliveryWriter::start(db.clone()),
                 db: db.clone(),
@@ -251,20 +267,24 @@ impl Application {
                 concurrency: settings.provisioning.concurrency,
                 max_attempts: settings.supplier.max_attempts,
                 lease: Duration::from_secs(settings.provisioning.lease_seconds),
+                liveness: settings.node.liveness_timeout(),
                 node_id: node_id.clone(),
+                in_flight: Arc::default(),
+                tasks: provisioning_tasks.clone(),
             };
             let reconciler = ReconcilerArgs {
                 db: db.clone(),
                 accounts: accounts.clone(),
                 interval: Duration::from_secs(settings.reconciler.interval_seconds),
                 grace: Duration::from_secs(settings.reconciler.grace_seconds),
+                liveness: settings.node.liveness_timeout(),
                 deposits: Some(deposits.clone()),
             };
             let (services, _) = Actor::spawn(
                 None,
                 ServicesSupervisor,
                 ServicesArgs {
-                    accounts: accounts.clone(),
+                    handle,
                     provisioning,
                     reconciler,
                 },
@@ -328,6 +348,12 @@ impl Application {
             operator_addr,
             simulators,
             simulators_addr,
+            metrics_require_token,
+            provisioning_tasks,
+            heartbeat: Heartbeat {
+                started_at: node_started,
+                every: Duration::from_secs(settings.node.heartbeat_seconds),
+            },
             supplier_sim,
             payments_sim,
             services,
@@ -377,9 +403,16 @@ impl Application {
             .nest("/docs", docs::routes())
             .nest("/callbacks", http::callback_routes())
             .with_state(self.state.clone());
+        let mut metrics = Router::new().route("/metrics", get(crate::metrics::render));
+        if self.metrics_require_token {
+            metrics = metrics.route_layer(middleware::from_fn_with_state(
+                self.state.clone(),
+                operator::require_operator_token,
+            ));
+        }
         let operator_router = Router::new()
             .nest("/operator/v1", operator::routes(self.state.clone()))
-            .route("/metrics", get(crate::metrics::render))
+            .merge(metrics)
             .with_state(self.state.clone());
 
         let public = serve(
@@ -401,6 +434,11 @@ impl Application {
         let refresher = tokio::spawn(refresh_catalogue(
             self.state.clone(),
             self.catalogue_refresh,
+            stop.clone(),
+        ));
+        let heartbeat = tokio::spawn(beat_until_stopped(
+            self.state.clone(),
+            self.heartbeat,
             stop.clone(),
         ));
         let simulators = async {
@@ -427,19 +465,114 @@ impl Application {
         let served = tokio::try_join!(public, operator, simulators);
         stop.cancel();
         let _ = refresher.await;
-        // Orderly: provisioning and the reconciler stop, then every account
-        // actor finishes its queue; each step waits a bounded time.
+        let _ = heartbeat.await;
+        // Orderly, each step bounded: every account actor commits what is
+        // queued (no new actor starts); provisioning stops taking work and
+        // the passes under way get a moment to finish; then the node says it
+        // stopped, so other nodes take over what it still holds at once.
         let patience = Duration::from_secs(10);
+        self.state.accounts.drain_all(patience).await;
+        if let Some(handle) = self.state.accounts.provisioning() {
+            handle.detach();
+        }
         if let Some(services) = &self.services {
             let _ = services
                 .stop_and_wait(Some("shutdown".into()), Some(patience))
                 .await;
         }
-        self.state.accounts.drain_all(patience).await;
+        self.provisioning_tasks.close();
+        if tokio::time::timeout(patience, self.provisioning_tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::info!(
+                passes = self.provisioning_tasks.len(),
+                "provisioning passes still under way at shutdown are left to the other nodes or the next start"
+            );
+        }
+        // Whatever this node still holds is free for the others now.
+        if let Err(err) = store::nodes::stopped(
+            &self.state.db,
+            &self.state.node_id,
+            crate::domain::time::now(),
+        )
+        .await
+        {
+            tracing::warn!(error = %err, "could not record this node's stop; its claims lapse with their lease");
+        }
         self.state.db.close_by_ref().await.ok();
         tracing::info!("stopped");
         served.map(|_| ())
     }
+}
+
+/// Outside development, refuses to start while any public development
+/// secret is configured, naming each setting to change.
+fn refuse_development_secrets(settings: &Settings) -> anyhow::Result<()> {
+    let problems = settings.production_problems();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "refusing to start with development secrets outside development ({}):\n  - {}\n\
+         (`esim-reseller config check` lists what would be refused)",
+        settings.why_not_development(),
+        problems.join("\n  - ")
+    )
+}
+
+/// When this node started and how often it says it is alive.
+#[derive(Debug, Clone, Copy)]
+struct Heartbeat {
+    started_at: chrono::DateTime<chrono::Utc>,
+    every: Duration,
+}
+
+/// Records this node's heartbeat until `stop`; a missed beat is logged and
+/// retried at the next tick (three missed and other nodes take its claims).
+async fn beat_until_stopped(state: AppState, heartbeat: Heartbeat, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(heartbeat.every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = crate::domain::time::now();
+        if let Err(err) =
+            store::nodes::beat(&state.db, &state.node_id, heartbeat.started_at, now).await
+        {
+            tracing::warn!(error = %err, node_id = %state.node_id, "heartbeat not recorded");
+        }
+    }
+}
+
+/// This node's id: the configured one, else `<host name>-<public port>`,
+/// stable across restarts of the same service on the same host (a random
+/// one when the port was picked by the system, as in tests).
+fn node_identity(configured: &str, public_port: u16) -> Arc<str> {
+    if !configured.is_empty() {
+        return configured.into();
+    }
+    if public_port == 0 {
+        return format!("nd_{}", uuid::Uuid::now_v7().simple()).into();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(32)
+        .collect();
+    let host = if host.is_empty() {
+        "node".to_owned()
+    } else {
+        host
+    };
+    format!("{host}-{public_port}").into()
 }
 
 /// The live supplier (the configured API, or the simulator on this node) and

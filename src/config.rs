@@ -58,6 +58,8 @@ pub struct Settings {
     pub catalogue: CatalogueSettings,
     /// Provisioning workers.
     pub provisioning: ProvisioningSettings,
+    /// This node's identity and heartbeat.
+    pub node: NodeSettings,
     /// Account actors.
     pub accounts: AccountsSettings,
     /// How orders are committed.
@@ -154,6 +156,10 @@ pub struct OperatorSettings {
     pub token: SecretString,
     /// Enables the actor fault-injection route.
     pub fault_injection: bool,
+    /// Whether `GET /metrics` asks for the operator token. Unset: it does
+    /// except in development (simulators on, both listeners on loopback).
+    #[serde(default)]
+    pub metrics_require_token: Option<bool>,
 }
 
 /// `[cursor]`
@@ -245,6 +251,106 @@ pub struct ProvisioningSettings {
     pub concurrency: usize,
     /// How long a worker holds an order.
     pub lease_seconds: u64,
+}
+
+/// The public development secrets shipped in `config/default.toml`: anyone
+/// can read them, so they serve only a development setup.
+const DEVELOPMENT_SECRETS: [(&str, &str); 6] = [
+    ("operator.token", "dev-operator-token-change-me"),
+    ("cursor.secret", "dev-cursor-secret-change-me-0123456789"),
+    ("payments.webhook_secret", "sim-webhook-secret"),
+    ("payments.api_key", "sim-payments-api-key"),
+    ("supplier.secret", "sim-supplier-secret"),
+    ("supplier.access_code", "sim-access-code"),
+];
+
+impl Settings {
+    /// Development: the simulators run and both listeners are on loopback,
+    /// so nothing outside this machine can reach the service or be reached
+    /// by it with the public development secrets.
+    pub fn is_development(&self) -> bool {
+        self.simulators.enabled
+            && self.http.public_addr.ip().is_loopback()
+            && self.http.operator_addr.ip().is_loopback()
+    }
+
+    /// Whether `GET /metrics` asks for the operator token.
+    pub fn metrics_require_token(&self) -> bool {
+        self.operator
+            .metrics_require_token
+            .unwrap_or(!self.is_development())
+    }
+
+    /// What `serve` refuses outside development, one line per setting to
+    /// change: every development secret still in place. Empty in
+    /// development or when every secret was changed.
+    pub fn production_problems(&self) -> Vec<String> {
+        if self.is_development() {
+            return Vec::new();
+        }
+        let current = [
+            &self.operator.token,
+            &self.cursor.secret,
+            &self.payments.webhook_secret,
+            &self.payments.api_key,
+            &self.supplier.secret,
+            &self.supplier.access_code,
+        ];
+        DEVELOPMENT_SECRETS
+            .iter()
+            .zip(current)
+            .filter(|((_, public), value)| value.expose_secret() == *public)
+            .map(|((name, _), _)| {
+                format!(
+                    "`{name}` is the public development value; set {} to a secret of your own",
+                    env_name(name)
+                )
+            })
+            .collect()
+    }
+
+    /// Why this setup is not development, for messages.
+    pub fn why_not_development(&self) -> String {
+        let mut reasons = Vec::new();
+        if !self.simulators.enabled {
+            reasons.push("the simulators are off".to_owned());
+        }
+        for (name, addr) in [
+            ("http.public_addr", self.http.public_addr),
+            ("http.operator_addr", self.http.operator_addr),
+        ] {
+            if !addr.ip().is_loopback() {
+                reasons.push(format!("`{name}` ({addr}) is not on loopback"));
+            }
+        }
+        reasons.join(", ")
+    }
+}
+
+/// The environment variable that sets a dotted setting.
+fn env_name(setting: &str) -> String {
+    format!("ESIM__{}", setting.replace('.', "__").to_uppercase())
+}
+
+/// `[node]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSettings {
+    /// This node's id in the provisioning claims it holds; it must stay the
+    /// same across restarts so a restarted node takes its claims back at
+    /// once, and differ between nodes. Empty: `<host name>-<public port>`
+    /// (a random id when the port is 0).
+    pub id: String,
+    /// Seconds between heartbeats; a node quiet for three of them is taken
+    /// for dead and its claims are taken over.
+    pub heartbeat_seconds: u64,
+}
+
+impl NodeSettings {
+    /// How long a node may stay quiet before it is taken for dead.
+    pub fn liveness_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.heartbeat_seconds.max(1) * 3)
+    }
 }
 
 /// `[accounts]`
@@ -440,6 +546,21 @@ impl Settings {
         }
         if !(0.0..=1.0).contains(&self.simulators.supplier_fail_rate) {
             bail!("invalid configuration: `simulators.supplier_fail_rate` must be from 0 to 1");
+        }
+        if self.node.heartbeat_seconds == 0 {
+            bail!("invalid configuration: `node.heartbeat_seconds` must be above 0");
+        }
+        if !self.node.id.is_empty()
+            && (self.node.id.len() > 40
+                || !self
+                    .node
+                    .id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'))
+        {
+            bail!(
+                "invalid configuration: `node.id` must be at most 40 letters, digits, `-`, `_` or `.`"
+            );
         }
         if self.reconciler.interval_seconds == 0 {
             bail!("invalid configuration: `reconciler.interval_seconds` must be above 0");

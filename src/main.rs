@@ -36,6 +36,18 @@ enum Command {
     Loadtest(esim_reseller::loadtest::LoadtestArgs),
     /// Print the OpenAPI document of the partner API.
     Openapi,
+    /// Inspect the configuration.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Load the configuration as `serve` would and print what it would
+    /// refuse (exit status 1 when anything).
+    Check,
 }
 
 fn main() -> ExitCode {
@@ -79,6 +91,30 @@ async fn run(command: Command) -> anyhow::Result<u8> {
         }
         Command::Admin(args) => cli::run(args).await,
         Command::Loadtest(args) => esim_reseller::loadtest::run(args).await,
+        Command::Config {
+            command: ConfigCommand::Check,
+        } => {
+            let settings = Settings::load(&Sources::from_process())?;
+            let problems = settings.production_problems();
+            let mode = match settings.is_development() {
+                true => "development (simulators on, listeners on loopback)".to_owned(),
+                false => format!("production: {}", settings.why_not_development()),
+            };
+            println!("setup: {mode}");
+            println!(
+                "/metrics asks for the operator token: {}",
+                settings.metrics_require_token()
+            );
+            if problems.is_empty() {
+                println!("ok: serve would start");
+                return Ok(0);
+            }
+            println!("serve would refuse to start:");
+            for problem in &problems {
+                println!("  - {problem}");
+            }
+            Ok(1)
+        }
         Command::Openapi => {
             print!("{}", esim_reseller::http::openapi::to_json());
             Ok(0)

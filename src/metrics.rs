@@ -32,6 +32,7 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::{
+    actors::provisioning::ProvisioningHandle,
     app::AppState,
     store::{self, orders::Settled},
     supplier::SupplierError,
@@ -263,7 +264,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
     let provisioning = state
         .accounts
         .provisioning()
-        .is_some_and(|actor| actor.get_status() == ractor::ActorStatus::Running);
+        .is_some_and(ProvisioningHandle::is_running);
     gauge!(ACTORS_LIVE, "kind" => "provisioning").set(f64::from(u8::from(provisioning)));
     if let Some(pool) = store::pool_use(&state.db) {
         gauge!(DB_POOL_CONNECTIONS, "state" => "idle").set(pool.idle as f64);

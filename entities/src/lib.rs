@@ -12,6 +12,7 @@ pub mod esim;
 pub mod float;
 pub mod idempotency_key;
 pub mod ledger_entry;
+pub mod node;
 pub mod order;
 pub mod order_unit;
 pub mod partner;

@@ -10,6 +10,7 @@ mod m20261122_000003_orders;
 mod m20261122_000004_deposits;
 mod m20261122_000005_order_claims;
 mod m20261125_000006_supplier_orders;
+mod m20261125_000007_nodes;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000004_deposits::Migration),
             Box::new(m20261122_000005_order_claims::Migration),
             Box::new(m20261125_000006_supplier_orders::Migration),
+            Box::new(m20261125_000007_nodes::Migration),
         ]
     }
 }

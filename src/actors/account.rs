@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 use entities::{deposit, ledger_entry, order};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use super::provisioning::ProvisioningMsg;
+use super::provisioning::{ProvisioningHandle, ProvisioningMsg};
 use crate::{
     domain::{
         order::FailureCode,
@@ -118,7 +118,7 @@ pub struct Movement {
 pub struct AccountArgs {
     pub partner_id: String,
     pub db: Db,
-    pub provisioning: Option<ActorRef<ProvisioningMsg>>,
+    pub provisioning: Option<ProvisioningHandle>,
     /// Most order requests decided and committed together (1: one
     /// transaction per order).
     pub max_batch: usize,
@@ -501,7 +501,7 @@ fn announce(state: &AccountState, decision: &Result<Decision, ApiError>) {
     };
     crate::metrics::order_accepted(&order.mode);
     if let Some(provisioning) = &state.args.provisioning {
-        let _ = provisioning.cast(ProvisioningMsg::Provision {
+        provisioning.send(ProvisioningMsg::Provision {
             order_id: order.id.clone(),
             claimed_until: order.claimed_until,
             fresh: Some(Box::new(order.clone())),

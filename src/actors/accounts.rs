@@ -20,7 +20,7 @@ use serde::Serialize;
 use super::{
     account::{AccountActor, AccountArgs, AccountMsg, Decision, Movement, PlaceOrder},
     log_lifecycle,
-    provisioning::ProvisioningMsg,
+    provisioning::ProvisioningHandle,
 };
 use crate::{
     domain::{order::FailureCode, time},
@@ -67,14 +67,19 @@ struct Entry {
 /// Shared between handlers and the supervisor.
 struct Directory {
     db: Db,
-    provisioning: Mutex<Option<ActorRef<ProvisioningMsg>>>,
+    provisioning: Option<ProvisioningHandle>,
     entries: Mutex<HashMap<String, Entry>>,
     /// The partner of every running account actor, by actor id. Kept apart
     /// from `entries` (which a caller may clear when an actor stops answering)
     /// so the supervisor can always name the partner of a failed actor.
     owners: Mutex<HashMap<ActorId, String>>,
     restarts: Mutex<HashMap<String, u32>>,
-    spawn_lock: tokio::sync::Mutex<()>,
+    /// One lock per partner whose actor is being started, so two callers do
+    /// not start two actors for one partner while other partners' starts go
+    /// on (an actor's start reads the database).
+    starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Set at shutdown: no account actor is started after it.
+    closing: std::sync::atomic::AtomicBool,
     supervisor: Mutex<Option<ActorRef<SupervisorMsg>>>,
     idle_after: Duration,
     batching: bool,
@@ -114,14 +119,16 @@ impl Accounts {
         idle_after: Duration,
         batching: bool,
         writer: Option<super::writer::CommitWriter>,
+        provisioning: Option<ProvisioningHandle>,
     ) -> anyhow::Result<Self> {
         let directory = Arc::new(Directory {
             db,
-            provisioning: Mutex::new(None),
+            provisioning,
             entries: Mutex::new(HashMap::new()),
             owners: Mutex::new(HashMap::new()),
             restarts: Mutex::new(HashMap::new()),
-            spawn_lock: tokio::sync::Mutex::new(()),
+            starting: Mutex::new(HashMap::new()),
+            closing: std::sync::atomic::AtomicBool::new(false),
             supervisor: Mutex::new(None),
             idle_after,
             batching,
@@ -133,14 +140,9 @@ impl Accounts {
         Ok(Self(directory))
     }
 
-    /// Tells new account actors where provisioning is.
-    pub fn set_provisioning(&self, provisioning: ActorRef<ProvisioningMsg>) {
-        *lock(&self.0.provisioning) = Some(provisioning);
-    }
-
-    /// The current provisioning actor, if provisioning runs on this node.
-    pub fn provisioning(&self) -> Option<ActorRef<ProvisioningMsg>> {
-        lock(&self.0.provisioning).clone()
+    /// Where provisioning is, if it runs on this node.
+    pub fn provisioning(&self) -> Option<&ProvisioningHandle> {
+        self.0.provisioning.as_ref()
     }
 
     /// Sends the partner's actor one request and waits for its answer. If the
@@ -293,6 +295,7 @@ impl Accounts {
     /// Drains every account actor (each finishes what is queued), then
     /// stops the supervisor; waits up to `patience` for each step.
     pub async fn drain_all(&self, patience: Duration) {
+        self.0.closing.store(true, Ordering::Release);
         let actors: Vec<ActorRef<AccountMsg>> = lock(&self.0.entries)
             .values()
             .map(|entry| entry.actor.clone())
@@ -316,13 +319,14 @@ impl Accounts {
         if let Some(found) = self.lookup(partner_id) {
             return Ok(found);
         }
-        let _spawning = self.0.spawn_lock.lock().await;
-        if let Some(found) = self.lookup(partner_id) {
-            return Ok(found);
-        }
-        spawn_account(&self.0, partner_id, "first use")
-            .await
-            .map_err(|e| ApiError::internal(format_args!("spawning the account actor: {e}")))?;
+        let starting = starting_lock(&self.0, partner_id).lock_owned().await;
+        let spawned = match self.lookup(partner_id) {
+            Some(_) => Ok(()),
+            None => spawn_account(&self.0, partner_id, "first use").await,
+        };
+        drop(starting);
+        forget_starting(&self.0, partner_id);
+        spawned.map_err(|e| ApiError::internal(format_args!("spawning the account actor: {e}")))?;
         self.lookup(partner_id)
             .ok_or_else(|| ApiError::internal("account actor vanished at start"))
     }
@@ -359,18 +363,41 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The start lock of one partner's actor (created on demand).
+fn starting_lock(directory: &Directory, partner_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+    lock(&directory.starting)
+        .entry(partner_id.to_owned())
+        .or_default()
+        .clone()
+}
+
+/// Drops a partner's start lock once nobody holds or waits on it (clones
+/// are made and counted under the map's mutex, so a waiter always keeps it).
+fn forget_starting(directory: &Directory, partner_id: &str) {
+    let mut starting = lock(&directory.starting);
+    if starting
+        .get(partner_id)
+        .is_some_and(|gate| Arc::strong_count(gate) == 1)
+    {
+        starting.remove(partner_id);
+    }
+}
+
 async fn spawn_account(
     directory: &Arc<Directory>,
     partner_id: &str,
     reason: &str,
 ) -> anyhow::Result<()> {
+    if directory.closing.load(Ordering::Acquire) {
+        anyhow::bail!("the service is shutting down");
+    }
     let supervisor = lock(&directory.supervisor)
         .clone()
         .ok_or_else(|| anyhow::anyhow!("the accounts supervisor is not running"))?;
     let args = AccountArgs {
         partner_id: partner_id.to_owned(),
         db: directory.db.clone(),
-        provisioning: lock(&directory.provisioning).clone(),
+        provisioning: directory.provisioning.clone(),
         max_batch: if directory.batching {
             super::account::MAX_BATCH
         } else {
@@ -517,11 +544,18 @@ impl Actor for AccountsSupervisor {
                 let directory = directory.clone();
                 // Restart outside the supervisor's turn so its mailbox keeps moving.
                 tokio::spawn(async move {
-                    let _spawning = directory.spawn_lock.lock().await;
-                    if lock(&directory.entries).contains_key(&partner) {
-                        return;
-                    }
-                    match spawn_account(&directory, &partner, "restart after failure").await {
+                    let starting = starting_lock(&directory, &partner).lock_owned().await;
+                    let running = lock(&directory.entries).contains_key(&partner);
+                    let spawned = match running {
+                        true => None,
+                        false => {
+                            Some(spawn_account(&directory, &partner, "restart after failure").await)
+                        }
+                    };
+                    drop(starting);
+                    forget_starting(&directory, &partner);
+                    let Some(spawned) = spawned else { return };
+                    match spawned {
                         Ok(()) => {
                             crate::metrics::actor_restarted("account");
                             log_lifecycle(

@@ -50,6 +50,80 @@ pub enum ProvisioningMsg {
         /// pass need not read it and its units back.
         fresh: Option<Box<order::Model>>,
     },
+    /// Fail on purpose (operator fault injection), so that supervision can
+    /// be watched restarting the actor.
+    Fail,
+}
+
+/// Where provisioning is, across its restarts: account actors and the
+/// reconciler send through this handle, which the supervisor points at each
+/// new provisioning actor. A message sent while no actor is running (between
+/// a failure and the restart) waits here and is handed to the next one.
+#[derive(Clone, Default)]
+pub struct ProvisioningHandle(Arc<Mutex<Slot>>);
+
+#[derive(Default)]
+struct Slot {
+    /// The running actor, if any.
+    actor: Option<ActorRef<ProvisioningMsg>>,
+    /// Sent while none ran, oldest first.
+    waiting: Vec<ProvisioningMsg>,
+}
+
+/// Most messages kept while provisioning restarts; past that they are
+/// dropped, and the orders are taken back by the restarted actor's sweep of
+/// this node's claims.
+const MAX_WAITING: usize = 100_000;
+
+impl ProvisioningHandle {
+    /// Hands a message to the running actor, or keeps it for the next one.
+    pub fn send(&self, message: ProvisioningMsg) {
+        let mut slot = lock(&self.0);
+        let message = match &slot.actor {
+            Some(actor) => match actor.cast(message) {
+                Ok(()) => return,
+                Err(ractor::MessagingErr::SendErr(message)) => message,
+                Err(_) => return,
+            },
+            None => message,
+        };
+        if slot.waiting.len() < MAX_WAITING {
+            slot.waiting.push(message);
+        }
+    }
+
+    /// Points the handle at a (re)started actor and gives it what waited.
+    pub fn install(&self, actor: ActorRef<ProvisioningMsg>) {
+        let mut slot = lock(&self.0);
+        for message in std::mem::take(&mut slot.waiting) {
+            let _ = actor.cast(message);
+        }
+        slot.actor = Some(actor);
+    }
+
+    /// Makes the running actor fail (operator fault injection); false when
+    /// none runs.
+    pub fn fail(&self) -> bool {
+        lock(&self.0)
+            .actor
+            .as_ref()
+            .is_some_and(|actor| actor.cast(ProvisioningMsg::Fail).is_ok())
+    }
+
+    /// Stops handing messages to an actor (shutdown): what is sent from now
+    /// on waits, unsent, and the node's claims are taken over by others or
+    /// by its next start.
+    pub fn detach(&self) {
+        lock(&self.0).actor = None;
+    }
+
+    /// Whether a provisioning actor is running now.
+    pub fn is_running(&self) -> bool {
+        lock(&self.0)
+            .actor
+            .as_ref()
+            .is_some_and(|actor| actor.get_status() == ractor::ActorStatus::Running)
+    }
 }
 
 /// What provisioning needs.
@@ -68,8 +142,16 @@ pub struct ProvisioningArgs {
     pub max_attempts: i32,
     /// How long a claim on an order lasts; a pass renews it every third of this.
     pub lease: Duration,
+    /// A node quiet for this long is taken for dead: its claims are free.
+    pub liveness: Duration,
     /// This node's id, written into the claims it holds.
     pub node_id: Arc<str>,
+    /// Orders queued or being provisioned on this node: an order is never
+    /// worked on twice at once by one node (the reconciler may name it
+    /// again). Kept across restarts of the actor, whose passes outlive it.
+    pub in_flight: Arc<Mutex<HashSet<String>>>,
+    /// The passes under way, so that shutdown can wait for them (bounded).
+    pub tasks: tokio_util::task::TaskTracker,
 }
 
 pub struct ProvisioningActor;
@@ -77,9 +159,6 @@ pub struct ProvisioningActor;
 pub struct ProvisioningState {
     args: Arc<ProvisioningArgs>,
     permits: Arc<Semaphore>,
-    /// Orders queued or being provisioned here: an order is never worked on
-    /// twice at once by one node (the reconciler may name it again).
-    in_flight: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Actor for ProvisioningActor {
@@ -98,14 +177,18 @@ impl Actor for ProvisioningActor {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<ProvisioningMsg>,
+        myself: ActorRef<ProvisioningMsg>,
         args: ProvisioningArgs,
     ) -> Result<ProvisioningState, ActorProcessingErr> {
         log_lifecycle("provisioning", None, "started", "service start");
+        tokio::spawn(take_back_claims(
+            myself,
+            args.db.clone(),
+            args.node_id.clone(),
+        ));
         Ok(ProvisioningState {
             permits: Arc::new(Semaphore::new(args.concurrency.max(1))),
             args: Arc::new(args),
-            in_flight: Arc::default(),
         })
     }
 
@@ -115,19 +198,22 @@ impl Actor for ProvisioningActor {
         message: ProvisioningMsg,
         state: &mut ProvisioningState,
     ) -> Result<(), ActorProcessingErr> {
-        let ProvisioningMsg::Provision {
-            order_id,
-            claimed_until,
-            fresh,
-        } = message;
-        if !lock(&state.in_flight).insert(order_id.clone()) {
+        let (order_id, claimed_until, fresh) = match message {
+            ProvisioningMsg::Provision {
+                order_id,
+                claimed_until,
+                fresh,
+            } => (order_id, claimed_until, fresh),
+            ProvisioningMsg::Fail => return Err("failure injected by the operator".into()),
+        };
+        if !lock(&state.args.in_flight).insert(order_id.clone()) {
             tracing::debug!(order_id, "already queued or under way on this node");
             return Ok(());
         }
         let args = state.args.clone();
         let permits = state.permits.clone();
-        let in_flight = state.in_flight.clone();
-        tokio::spawn(async move {
+        let in_flight = state.args.in_flight.clone();
+        state.args.tasks.spawn(async move {
             if let Ok(_permit) = permits.acquire_owned().await
                 && let Err(err) = provision_order(&args, &order_id, claimed_until, fresh).await
             {
@@ -137,6 +223,34 @@ impl Actor for ProvisioningActor {
             lock(&in_flight).remove(&order_id);
         });
         Ok(())
+    }
+}
+
+/// At start (of the process, or of the actor after a failure), provisions
+/// again every order this node holds and is not working on: the orders an
+/// earlier incarnation of the node claimed before it died, and those that
+/// waited in the mailbox of a failed actor. Without this they would wait for
+/// their claim to lapse.
+async fn take_back_claims(myself: ActorRef<ProvisioningMsg>, db: Db, node_id: Arc<str>) {
+    match store::orders::held_by(&db, &node_id).await {
+        Ok(ids) => {
+            if !ids.is_empty() {
+                tracing::info!(count = ids.len(), node_id = %node_id, "taking back this node's claims");
+            }
+            for order_id in ids {
+                let message = ProvisioningMsg::Provision {
+                    order_id,
+                    claimed_until: None,
+                    fresh: None,
+                };
+                if myself.cast(message).is_err() {
+                    return;
+                }
+            }
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "could not read this node's claims; the reconciler takes them over once they lapse")
+        }
     }
 }
 
@@ -153,8 +267,17 @@ async fn provision_order(
     // The claim made at acceptance is ours while it lasts; once half of it
     // went by waiting for a permit, claim again (ours, or free after it lapsed).
     let claim_holds = claimed_until.is_some_and(|until| until - now > lease / 2);
+    let alive_since = now - chrono::Duration::from_std(args.liveness)?;
     if !claim_holds
-        && !store::orders::claim(&args.db, order_id, &args.node_id, now, now + lease).await?
+        && !store::orders::claim(
+            &args.db,
+            order_id,
+            &args.node_id,
+            now,
+            now + lease,
+            alive_since,
+        )
+        .await?
     {
         tracing::debug!(order_id, "held by another node; left to it");
         return Ok(());
@@ -499,7 +622,10 @@ async fn store_deliveries(db: &Db, profiles: &[esim::Model]) -> Result<Vec<bool>
     Ok(delivered)
 }
 
-/// The in-flight set survives a panic elsewhere: its data stays consistent.
-fn lock(set: &Mutex<HashSet<String>>) -> std::sync::MutexGuard<'_, HashSet<String>> {
-    set.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The in-flight set and the handle's slot survive a panic elsewhere: their
+/// critical sections never panic half-way, so the data stays consistent.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -27,6 +27,8 @@ pub struct ReconcilerArgs {
     pub interval: Duration,
     /// Orders younger than this are left to the provisioning already under way.
     pub grace: Duration,
+    /// A node quiet for this long is taken for dead: its claims are free.
+    pub liveness: Duration,
     /// Crypto deposits to lapse and to ask the provider about.
     pub deposits: Option<crate::deposits::Deposits>,
 }
@@ -75,7 +77,8 @@ impl Actor for ReconcilerActor {
     ) -> Result<(), ActorProcessingErr> {
         let now = time::now();
         let older_than = now - chrono::Duration::from_std(args.grace).unwrap_or_default();
-        match store::orders::stranded(&args.db, older_than, now, 500).await {
+        let alive_since = now - chrono::Duration::from_std(args.liveness).unwrap_or_default();
+        match store::orders::stranded(&args.db, older_than, now, alive_since, 500).await {
             Ok(ids) => {
                 if !ids.is_empty() {
                     tracing::info!(count = ids.len(), order_ids = ?ids, "re-driving stranded orders");
@@ -84,7 +87,7 @@ impl Actor for ReconcilerActor {
                     return Ok(());
                 };
                 for id in ids {
-                    let _ = provisioning.cast(ProvisioningMsg::Provision {
+                    provisioning.send(ProvisioningMsg::Provision {
                         order_id: id,
                         claimed_until: None,
                         fresh: None,

@@ -1,21 +1,22 @@
 //! `ServicesSupervisor`: parent of the provisioning and reconciler actors.
 //! It logs their lifecycle and restarts a failed one with the same arguments;
-//! a restarted provisioning actor is handed to the accounts directory, which
-//! is where the reconciler and new account actors find it.
+//! a restarted provisioning actor is installed in the [`ProvisioningHandle`]
+//! that account actors and the reconciler send through, which also hands it
+//! what was sent while no actor ran.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
 use super::{
-    accounts::Accounts,
     log_lifecycle,
-    provisioning::{ProvisioningActor, ProvisioningArgs},
+    provisioning::{ProvisioningActor, ProvisioningArgs, ProvisioningHandle},
     reconciler::{ReconcilerActor, ReconcilerArgs},
 };
 
 /// What the supervisor starts.
 #[derive(Clone)]
 pub struct ServicesArgs {
-    pub accounts: Accounts,
+    /// Where senders find provisioning; pointed at each new actor.
+    pub handle: ProvisioningHandle,
     pub provisioning: ProvisioningArgs,
     pub reconciler: ReconcilerArgs,
 }
@@ -42,7 +43,7 @@ impl ServicesSupervisor {
             myself.get_cell(),
         )
         .await?;
-        args.accounts.set_provisioning(provisioning.clone());
+        args.handle.install(provisioning.clone());
         Ok(provisioning.get_id())
     }
 }

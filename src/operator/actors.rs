@@ -40,3 +40,24 @@ pub async fn fail(
         json!({ "injected": "failure", "partner_id": partner_id }),
     ))
 }
+
+/// `POST /actors/provisioning/fail`: makes the provisioning actor fail, so an
+/// operator can watch its supervisor restart it (and orders carry on). Off
+/// unless `operator.fault_injection` is true.
+pub async fn fail_provisioning(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    if !state.fault_injection {
+        return Err(ApiError::new(ErrorCode::NotFound)
+            .with_message("Fault injection is off (operator.fault_injection)."));
+    }
+    let injected = state
+        .accounts
+        .provisioning()
+        .is_some_and(|handle| handle.fail());
+    if !injected {
+        return Err(ApiError::new(ErrorCode::NotFound)
+            .with_message("Provisioning does not run on this node."));
+    }
+    Ok(Json(
+        json!({ "injected": "failure", "actor": "provisioning" }),
+    ))
+}

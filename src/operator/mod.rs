@@ -50,6 +50,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
         )
         .route("/keys/{id}", patch(keys::update))
         .route("/actors", get(actors::list))
+        .route("/actors/provisioning/fail", post(actors::fail_provisioning))
         .route("/actors/{partner_id}/fail", post(actors::fail))
         .route("/plans", post(catalogue::upsert_plans))
         .route("/plans/{id}", patch(catalogue::patch_plan))
@@ -63,7 +64,8 @@ pub fn routes(state: AppState) -> Router<AppState> {
         ))
 }
 
-async fn require_operator_token(
+/// Lets a request through only with the operator token (`Bearer`).
+pub(crate) async fn require_operator_token(
     State(state): State<AppState>,
     request: Request,
     next: Next,

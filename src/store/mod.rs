@@ -10,6 +10,7 @@ pub mod catalogue;
 pub mod deposits;
 pub mod esims;
 pub mod keys;
+pub mod nodes;
 pub mod orders;
 pub mod partners;
 pub mod supplier_orders;

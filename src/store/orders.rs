@@ -14,7 +14,7 @@ use sea_orm::{
     sea_query::{Expr, ExprTrait},
 };
 
-use super::bulk;
+use super::{bulk, nodes};
 use crate::domain::{
     ids::LedgerEntryId,
     order::{self as rules, FailureCode},
@@ -389,14 +389,17 @@ pub async fn esims_of<C: ConnectionTrait>(
 }
 
 /// Claims an order for provisioning by `node` until `until`: it succeeds
-/// when nobody holds the order, the holder's claim has lapsed, or `node`
-/// holds it already (the claim made at acceptance). Counts a pass.
+/// when nobody holds the order, the holder's claim has lapsed, the holder
+/// is not alive (no heartbeat since `alive_since`, or it stopped), or `node`
+/// holds it already (the claim made at acceptance, or one of its earlier
+/// incarnation). Counts a pass.
 pub async fn claim<C: ConnectionTrait>(
     db: &C,
     order_id: &str,
     node: &str,
     now: DateTime<Utc>,
     until: DateTime<Utc>,
+    alive_since: DateTime<Utc>,
 ) -> Result<bool, DbErr> {
     let result = order::Entity::update_many()
         .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
@@ -411,7 +414,8 @@ pub async fn claim<C: ConnectionTrait>(
             Condition::any()
                 .add(order::Column::ClaimedUntil.is_null())
                 .add(order::Column::ClaimedUntil.lt(now))
-                .add(order::Column::ClaimedBy.eq(node)),
+                .add(order::Column::ClaimedBy.eq(node))
+                .add(order::Column::ClaimedBy.not_in_subquery(nodes::alive(alive_since))),
         )
         .exec(db)
         .await?;
@@ -454,28 +458,46 @@ pub async fn release<C: ConnectionTrait>(db: &C, order_id: &str, node: &str) -> 
         .map(|_| ())
 }
 
-/// Orders still `processing` that nobody holds, created before `older_than`.
+/// Orders still `processing` that nobody holds, created before `older_than`:
+/// unclaimed, their claim lapsed, or their holder is not alive (no heartbeat
+/// since `alive_since`, or it stopped cleanly).
 pub async fn stranded<C: ConnectionTrait>(
     db: &C,
     older_than: DateTime<Utc>,
     now: DateTime<Utc>,
+    alive_since: DateTime<Utc>,
     limit: u64,
 ) -> Result<Vec<String>, DbErr> {
     Ok(order::Entity::find()
+        .select_only()
+        .column(order::Column::Id)
         .filter(order::Column::Status.eq(rules::PROCESSING))
         .filter(order::Column::CreatedAt.lt(older_than))
         .filter(
             Condition::any()
                 .add(order::Column::ClaimedUntil.is_null())
-                .add(order::Column::ClaimedUntil.lt(now)),
+                .add(order::Column::ClaimedUntil.lt(now))
+                .add(order::Column::ClaimedBy.not_in_subquery(nodes::alive(alive_since))),
         )
         .order_by_asc(order::Column::CreatedAt)
         .limit(limit)
+        .into_tuple()
         .all(db)
-        .await?
-        .into_iter()
-        .map(|o| o.id)
-        .collect())
+        .await?)
+}
+
+/// Orders still `processing` that `node` holds: at start, what an earlier
+/// incarnation of the node was working on, taken back at once.
+pub async fn held_by<C: ConnectionTrait>(db: &C, node: &str) -> Result<Vec<String>, DbErr> {
+    order::Entity::find()
+        .select_only()
+        .column(order::Column::Id)
+        .filter(order::Column::Status.eq(rules::PROCESSING))
+        .filter(order::Column::ClaimedBy.eq(node))
+        .order_by_asc(order::Column::CreatedAt)
+        .into_tuple()
+        .all(db)
+        .await
 }
 
 /// Counts a failed attempt on a unit.

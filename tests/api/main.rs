@@ -9,6 +9,7 @@ mod connections;
 mod deposits;
 mod envelope;
 mod faults;
+mod healing;
 mod health;
 mod helpers;
 mod lifecycle;

@@ -1429,6 +1429,13 @@ async fn a_provisioning_claim_is_held_renewed_and_released_only_by_its_node() {
         .to_owned();
     let now = chrono::Utc::now();
     let lease = chrono::Duration::seconds(60);
+    // Both nodes beat: only the lease decides between them here.
+    let alive_since = now - chrono::Duration::seconds(15);
+    for node in ["nd_a", "nd_b"] {
+        esim_reseller::store::nodes::beat(&app.db, node, now, now)
+            .await
+            .unwrap();
+    }
     let claimed_by = |app: &TestApp, id: &str| {
         let (db, id) = (app.db.clone(), id.to_owned());
         async move {
@@ -1441,13 +1448,21 @@ async fn a_provisioning_claim_is_held_renewed_and_released_only_by_its_node() {
         }
     };
 
-    assert!(claim(&app.db, &id, "nd_a", now, now + lease).await.unwrap());
     assert!(
-        !claim(&app.db, &id, "nd_b", now, now + lease).await.unwrap(),
+        claim(&app.db, &id, "nd_a", now, now + lease, alive_since)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !claim(&app.db, &id, "nd_b", now, now + lease, alive_since)
+            .await
+            .unwrap(),
         "held by a"
     );
     assert!(
-        claim(&app.db, &id, "nd_a", now, now + lease).await.unwrap(),
+        claim(&app.db, &id, "nd_a", now, now + lease, alive_since)
+            .await
+            .unwrap(),
         "a again: its own"
     );
     assert!(renew(&app.db, &id, "nd_a", now + lease).await.unwrap());
@@ -1465,7 +1480,7 @@ async fn a_provisioning_claim_is_held_renewed_and_released_only_by_its_node() {
     // a stalls past its lease: b may take over, and a's renewal then fails.
     let later = now + lease + chrono::Duration::seconds(1);
     assert!(
-        claim(&app.db, &id, "nd_b", later, later + lease)
+        claim(&app.db, &id, "nd_b", later, later + lease, alive_since)
             .await
             .unwrap()
     );
