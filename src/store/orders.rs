@@ -468,7 +468,7 @@ pub async fn stranded<C: ConnectionTrait>(
     alive_since: DateTime<Utc>,
     limit: u64,
 ) -> Result<Vec<String>, DbErr> {
-    Ok(order::Entity::find()
+    order::Entity::find()
         .select_only()
         .column(order::Column::Id)
         .filter(order::Column::Status.eq(rules::PROCESSING))
@@ -483,7 +483,7 @@ pub async fn stranded<C: ConnectionTrait>(
         .limit(limit)
         .into_tuple()
         .all(db)
-        .await?)
+        .await
 }
 
 /// Orders still `processing` that `node` holds: at start, what an earlier

@@ -1847,9 +1847,15 @@ async fn an_unreachable_provider_is_a_retryable_503_and_stores_nothing() {
 
 #[tokio::test]
 async fn without_a_provider_deposits_are_unavailable_and_not_retryable() {
+    // Outside development: every shipped secret replaced, as serve demands.
     let app = spawn_app_with(&[
         ("simulators.enabled", "false"),
         ("supplier.base_url", "http://127.0.0.1:9"),
+        ("supplier.access_code", "test-access-code"),
+        ("supplier.secret", "test-supplier-secret"),
+        ("payments.api_key", "test-payments-api-key"),
+        ("payments.webhook_secret", "test-webhook-secret"),
+        ("cursor.secret", "test-cursor-secret-0123456789abcdef"),
     ])
     .await;
     let (_, secret) = live_partner(&app).await;
