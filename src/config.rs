@@ -253,25 +253,12 @@ pub struct ProvisioningSettings {
     pub lease_seconds: u64,
 }
 
-/// The public development secrets shipped in `config/default.toml`: anyone
-/// can read them, so they serve only a development setup.
-const DEVELOPMENT_SECRETS: [(&str, &str); 6] = [
-    ("operator.token", "dev-operator-token-change-me"),
-    ("cursor.secret", "dev-cursor-secret-change-me-0123456789"),
-    ("payments.webhook_secret", "sim-webhook-secret"),
-    ("payments.api_key", "sim-payments-api-key"),
-    ("supplier.secret", "sim-supplier-secret"),
-    ("supplier.access_code", "sim-access-code"),
-];
-
 impl Settings {
     /// Development: the simulators run and both listeners are on loopback,
     /// so nothing outside this machine can reach the service or be reached
     /// by it with the public development secrets.
     pub fn is_development(&self) -> bool {
-        self.simulators.enabled
-            && self.http.public_addr.ip().is_loopback()
-            && self.http.operator_addr.ip().is_loopback()
+        self.development_blockers().is_empty()
     }
 
     /// Whether `GET /metrics` asks for the operator token.
@@ -282,25 +269,27 @@ impl Settings {
     }
 
     /// What `serve` refuses outside development, one line per setting to
-    /// change: every development secret still in place. Empty in
-    /// development or when every secret was changed.
+    /// change: every secret still equal to its public value shipped in
+    /// `config/default.toml`. Empty in development or when every secret was
+    /// changed.
     pub fn production_problems(&self) -> Vec<String> {
         if self.is_development() {
             return Vec::new();
         }
-        let current = [
-            &self.operator.token,
-            &self.cursor.secret,
-            &self.payments.webhook_secret,
-            &self.payments.api_key,
-            &self.supplier.secret,
-            &self.supplier.access_code,
-        ];
-        DEVELOPMENT_SECRETS
-            .iter()
-            .zip(current)
-            .filter(|((_, public), value)| value.expose_secret() == *public)
-            .map(|((name, _), _)| {
+        let shipped = Config::builder()
+            .add_source(File::from_str(EMBEDDED_DEFAULTS, FileFormat::Toml))
+            .build()
+            .ok();
+        let is_shipped = |name: &str, value: &SecretString| {
+            shipped
+                .as_ref()
+                .and_then(|defaults| defaults.get_string(name).ok())
+                .is_some_and(|public| public == value.expose_secret())
+        };
+        self.secrets()
+            .into_iter()
+            .filter(|(name, value)| is_shipped(name, value))
+            .map(|(name, _)| {
                 format!(
                     "`{name}` is the public development value; set {} to a secret of your own",
                     env_name(name)
@@ -309,21 +298,38 @@ impl Settings {
             .collect()
     }
 
+    /// Every secret setting by its dotted name.
+    fn secrets(&self) -> [(&'static str, &SecretString); 6] {
+        [
+            ("operator.token", &self.operator.token),
+            ("cursor.secret", &self.cursor.secret),
+            ("payments.webhook_secret", &self.payments.webhook_secret),
+            ("payments.api_key", &self.payments.api_key),
+            ("supplier.secret", &self.supplier.secret),
+            ("supplier.access_code", &self.supplier.access_code),
+        ]
+    }
+
     /// Why this setup is not development, for messages.
     pub fn why_not_development(&self) -> String {
-        let mut reasons = Vec::new();
+        self.development_blockers().join(", ")
+    }
+
+    /// What makes this setup other than development (none: development).
+    fn development_blockers(&self) -> Vec<String> {
+        let mut blockers = Vec::new();
         if !self.simulators.enabled {
-            reasons.push("the simulators are off".to_owned());
+            blockers.push("the simulators are off".to_owned());
         }
         for (name, addr) in [
             ("http.public_addr", self.http.public_addr),
             ("http.operator_addr", self.http.operator_addr),
         ] {
             if !addr.ip().is_loopback() {
-                reasons.push(format!("`{name}` ({addr}) is not on loopback"));
+                blockers.push(format!("`{name}` ({addr}) is not on loopback"));
             }
         }
-        reasons.join(", ")
+        blockers
     }
 }
 

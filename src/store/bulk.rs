@@ -42,13 +42,13 @@ where
 /// `column IN (ids)` with the ids in one JSON parameter, for a filter whose
 /// text is the same for one id or ten thousand.
 pub fn column_in<'a>(
-    backend: DbBackend,
+    db: &impl ConnectionTrait,
     column: impl ColumnTrait,
     ids: impl IntoIterator<Item = &'a str>,
 ) -> SimpleExpr {
     let list = serde_json::Value::from(ids.into_iter().collect::<Vec<_>>()).to_string();
     let name = column.as_str().to_owned();
-    let sql = match backend {
+    let sql = match db.get_database_backend() {
         DbBackend::Postgres => {
             format!("\"{name}\" IN (SELECT jsonb_array_elements_text($1::jsonb))")
         }

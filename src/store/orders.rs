@@ -68,7 +68,7 @@ pub async fn find_bindings<C: ConnectionTrait>(
     let rows = idempotency_key::Entity::find()
         .filter(idempotency_key::Column::PartnerId.eq(partner_id))
         .filter(bulk::column_in(
-            db.get_database_backend(),
+            db,
             idempotency_key::Column::Key,
             keys.iter().map(String::as_str),
         ))
@@ -302,7 +302,7 @@ pub async fn get_orders<C: ConnectionTrait>(
     }
     order::Entity::find()
         .filter(bulk::column_in(
-            db.get_database_backend(),
+            db,
             order::Column::Id,
             ids.iter().map(String::as_str),
         ))
@@ -379,7 +379,7 @@ pub async fn esims_of<C: ConnectionTrait>(
     }
     esim::Entity::find()
         .filter(bulk::column_in(
-            db.get_database_backend(),
+            db,
             esim::Column::OrderId,
             order_ids.iter().map(String::as_str),
         ))
@@ -410,13 +410,7 @@ pub async fn claim<C: ConnectionTrait>(
         )
         .filter(order::Column::Id.eq(order_id))
         .filter(order::Column::Status.eq(rules::PROCESSING))
-        .filter(
-            Condition::any()
-                .add(order::Column::ClaimedUntil.is_null())
-                .add(order::Column::ClaimedUntil.lt(now))
-                .add(order::Column::ClaimedBy.eq(node))
-                .add(order::Column::ClaimedBy.not_in_subquery(nodes::alive(alive_since))),
-        )
+        .filter(claim_is_free(now, alive_since).add(order::Column::ClaimedBy.eq(node)))
         .exec(db)
         .await?;
     Ok(result.rows_affected == 1)
@@ -473,17 +467,21 @@ pub async fn stranded<C: ConnectionTrait>(
         .column(order::Column::Id)
         .filter(order::Column::Status.eq(rules::PROCESSING))
         .filter(order::Column::CreatedAt.lt(older_than))
-        .filter(
-            Condition::any()
-                .add(order::Column::ClaimedUntil.is_null())
-                .add(order::Column::ClaimedUntil.lt(now))
-                .add(order::Column::ClaimedBy.not_in_subquery(nodes::alive(alive_since))),
-        )
+        .filter(claim_is_free(now, alive_since))
         .order_by_asc(order::Column::CreatedAt)
         .limit(limit)
         .into_tuple()
         .all(db)
         .await
+}
+
+/// An order's claim is free: never taken, lapsed, or its holder is not
+/// alive (no heartbeat since `alive_since`, or it stopped cleanly).
+fn claim_is_free(now: DateTime<Utc>, alive_since: DateTime<Utc>) -> Condition {
+    Condition::any()
+        .add(order::Column::ClaimedUntil.is_null())
+        .add(order::Column::ClaimedUntil.lt(now))
+        .add(order::Column::ClaimedBy.not_in_subquery(nodes::alive(alive_since)))
 }
 
 /// Orders still `processing` that `node` holds: at start, what an earlier
@@ -541,7 +539,7 @@ pub async fn deliver_units<C: ConnectionTrait>(
         )
         .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
         .filter(bulk::column_in(
-            txn.get_database_backend(),
+            txn,
             order_unit::Column::Id,
             profiles.iter().map(|p| p.unit_id.as_str()),
         ))
@@ -588,7 +586,7 @@ pub async fn refund_units<C: ConnectionTrait>(
         )
         .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
         .filter(bulk::column_in(
-            txn.get_database_backend(),
+            txn,
             order_unit::Column::Id,
             unit_ids.iter().map(String::as_str),
         ))
@@ -688,7 +686,7 @@ pub async fn finalize_many<C: ConnectionTrait>(
         .column(order_unit::Column::Status)
         .column_as(order_unit::Column::Id.count(), "units")
         .filter(bulk::column_in(
-            db.get_database_backend(),
+            db,
             order_unit::Column::OrderId,
             order_ids.iter().map(String::as_str),
         ))
@@ -725,11 +723,7 @@ pub async fn finalize_many<C: ConnectionTrait>(
                 order::Column::ClaimedBy,
                 Expr::value(Option::<String>::None),
             )
-            .filter(bulk::column_in(
-                db.get_database_backend(),
-                order::Column::Id,
-                ids,
-            ))
+            .filter(bulk::column_in(db, order::Column::Id, ids))
             .filter(order::Column::Status.eq(rules::PROCESSING))
             .exec_with_returning(db)
             .await?;

@@ -32,7 +32,7 @@ pub async fn open<C: ConnectionTrait>(
         .col_expr(order_unit::Column::SupplierTxnId, Expr::value(Some(id)))
         .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
         .filter(super::bulk::column_in(
-            txn.get_database_backend(),
+            txn,
             order_unit::Column::Id,
             unit_ids.iter().map(String::as_str),
         ))
