@@ -29,7 +29,10 @@ What it does (docs/reliability.md has the long version):
    a summary. Exit status 1 on any violation or if a node did not come back.
 
 With --nodes 3 it also checks that a normal (not lifted) write limit holds
-across the nodes within each window, and that no order is provisioned by two
+across the nodes within each window, that a key revoked and an account
+suspended through one node are refused by every node at once (the nodes
+cache keys for an hour, so only the announcement can do it; the summary gives
+each node's delay), and that no order is provisioned by two
 nodes at once: node 3 runs with provisioning off (its orders are stranded and
 re-driven by the others' reconcilers), and every node reaches the supplier
 through its own tap in this script, which records which node asked the
@@ -890,6 +893,58 @@ def rate_limit_phase(run, partner):
 
 
 # --------------------------------------------------------------------------
+# Three nodes: revocation and suspension reach every node at once
+
+
+def refused_after(run, secret, since, expect_status, deadline=5.0):
+    """Polls every node with `secret` until each refuses it; per node, seconds from `since`."""
+    took = {}
+    pending = list(run.nodes)
+    stop_at = time.time() + deadline
+    while pending and time.time() < stop_at:
+        for node in list(pending):
+            try:
+                status, _, _ = request("GET", f"{node.public}/partner/v1/balance", None,
+                                       {"Authorization": f"Bearer {secret}"})
+            except Unknown:
+                continue
+            if status == expect_status:
+                took[node.name] = time.time() - since
+                pending.remove(node)
+        time.sleep(0.002)
+    for node in pending:
+        run.violation(f"announcements: {node.name} still accepted a changed key {deadline:.0f}s later")
+    return took
+
+
+def announcement_phase(run):
+    """Revokes a key and suspends an account on one node; every node must refuse at once.
+
+    The nodes cache keys for an hour (ESIM__AUTH__KEY_CACHE_SECONDS), so only
+    the announcement can make the others refuse."""
+    figures = {}
+    for change in ("revoke", "suspend"):
+        status, _, created = run.operator("POST", "/partners", {"name": f"Announce {change} {run.run_id}", "tier": "gold", "status": "live"})
+        assert status == 201, (status, created)
+        status, _, key = run.operator("POST", f"/partners/{created['id']}/keys", {"mode": "live", "label": change})
+        assert status == 201, (status, key)
+        for node in run.nodes:
+            status, _, body = request("GET", f"{node.public}/partner/v1/balance", None,
+                                      {"Authorization": f"Bearer {key['secret']}"})
+            assert status == 200, (node.name, status, body)
+        if change == "revoke":
+            path, method, body, expect = f"/keys/{key['id']}/revoke", "POST", None, 401
+        else:
+            path, method, body, expect = f"/partners/{created['id']}", "PATCH", {"status": "suspended"}, 403
+        since = time.time()
+        status, _, answer = run.operator(method, path, body)
+        assert status == 200, (status, answer)
+        took = refused_after(run, key["secret"], since, expect)
+        figures[change] = {name: round(seconds * 1000, 1) for name, seconds in sorted(took.items())}
+    return figures
+
+
+# --------------------------------------------------------------------------
 # Invariants
 
 
@@ -1380,6 +1435,9 @@ def main():
             if args.provisioning_concurrency:
                 per_node = args.provisioning_concurrency.split(",")
                 env["ESIM__PROVISIONING__CONCURRENCY"] = per_node[min(i, len(per_node) - 1)]
+            if args.nodes > 1:
+                # Only announcements can spread a revocation within the run.
+                env["ESIM__AUTH__KEY_CACHE_SECONDS"] = "3600"
             if args.redis_url:
                 env["ESIM__RATE_LIMIT__BACKEND"] = "redis"
                 env["ESIM__RATE_LIMIT__REDIS_URL"] = args.redis_url
@@ -1407,6 +1465,7 @@ def main():
         partners = [partner]
 
         rate = None
+        announcements = None
         if args.nodes > 1:
             status, _, created = run.operator("POST", "/partners", {"name": f"Limited {run.run_id}", "tier": "bronze", "status": "live"})
             assert status == 201, (status, created)
@@ -1421,6 +1480,8 @@ def main():
             log(f"write limit across {args.nodes} nodes for {args.rate_seconds:.0f}s")
             rate = rate_limit_phase(run, limited)
             log(f"write limit: {json.dumps(rate['windows'])}")
+            announcements = announcement_phase(run)
+            log(f"refused by every node after (ms, from the operator call): {json.dumps(announcements)}")
 
         # Drive, and kill.
         threads = [threading.Thread(target=run.order_worker, args=(partner,), daemon=True) for _ in range(args.workers)]
@@ -1557,6 +1618,7 @@ def main():
             "database_facts": facts,
             "logs": logs,
             "rate_limit": rate,
+            "announcements_ms": announcements,
             "exclusivity": tap,
             "loadtest": None if loadtest is None else {k: loadtest.get(k) for k in ("requests", "accepted_orders", "accepted_per_second", "responses", "requests_by_url", "verdict", "seconds", "invariants")},
             "stats": stats,
@@ -1612,6 +1674,10 @@ def print_summary(s):
         r = s["rate_limit"]
         print(f"  write limit            {r['limit']} per window; "
               + "; ".join(f"{w['accepted']} accepted/{w['limited']} limited" for w in r["windows"]))
+    if s.get("announcements_ms"):
+        print(f"  refused by every node  " + "; ".join(
+            f"{change}: " + ", ".join(f"{n} {ms} ms" for n, ms in took.items())
+            for change, took in s["announcements_ms"].items()))
     if s.get("exclusivity"):
         print(f"  exclusivity            {json.dumps(s['exclusivity'])}")
     if s.get("loadtest"):

@@ -81,7 +81,7 @@ pub struct Shared {
     /// Base of `doc_url`.
     pub docs_base: Arc<str>,
     /// Cached key lookups.
-    pub keys: KeyDirectory,
+    pub keys: Arc<KeyDirectory>,
     /// Rate-limit and failed-authentication counters.
     pub limiter: Limiter,
     /// Peers whose `X-Forwarded-For` is believed.
@@ -149,6 +149,9 @@ pub struct Application {
     supplier_sim: Arc<SupplierSim>,
     payments_sim: Arc<PaymentsSim>,
     services: Option<ActorRef<ServicesMsg>>,
+    /// This node's ear on key and account changes made on other nodes
+    /// (PostgreSQL); listening starts before the first request is accepted.
+    changes: Option<store::changes::Subscription>,
 }
 
 impl Application {
@@ -158,6 +161,9 @@ impl Application {
         crate::metrics::install();
         let db = store::connect(&settings.database).await?;
         store::migrate(&db).await?;
+        let changes = store::changes::subscribe(&db)
+            .await
+            .context("listening for key and account changes")?;
         if settings.catalogue.seed {
             catalogue::seed_if_empty(&db).await?;
         }
@@ -301,10 +307,10 @@ impl Application {
             .get(SANDBOX_BAND)
             .context("the sandbox band is configured")?;
         let state = AppState(Arc::new(Shared {
-            keys: KeyDirectory::new(
+            keys: Arc::new(KeyDirectory::new(
                 db.clone(),
                 Duration::from_secs(settings.auth.key_cache_seconds),
-            ),
+            )),
             limiter,
             trusted_proxies: settings.http.trusted_proxies,
             bands,
@@ -357,6 +363,7 @@ impl Application {
             supplier_sim,
             payments_sim,
             services,
+            changes,
         })
     }
 
@@ -436,6 +443,13 @@ impl Application {
             self.catalogue_refresh,
             stop.clone(),
         ));
+        let follower = self.changes.map(|subscription| {
+            tokio::spawn(crate::auth::follow_changes(
+                self.state.keys.clone(),
+                subscription,
+                stop.clone(),
+            ))
+        });
         let heartbeat = tokio::spawn(beat_until_stopped(
             self.state.clone(),
             self.heartbeat,
@@ -466,6 +480,9 @@ impl Application {
         stop.cancel();
         let _ = refresher.await;
         let _ = heartbeat.await;
+        if let Some(follower) = follower {
+            let _ = follower.await;
+        }
         // Orderly, each step bounded: every account actor commits what is
         // queued (no new actor starts); provisioning stops taking work and
         // the passes under way get a moment to finish; then the node says it

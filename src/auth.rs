@@ -1,9 +1,12 @@
 //! Key lookups for authentication, with a short per-node cache.
 //!
 //! A request on a known key costs one SHA-256 and a map lookup: no database
-//! round trip. The cache is invalidated on this node by every operator change
-//! to a key or an account; other nodes see a change within
-//! `auth.key_cache_seconds`.
+//! round trip. Every operator change to a key or an account drops the
+//! affected entries on this node and is announced to the others
+//! ([`store::changes`]): on PostgreSQL every node forgets them within
+//! milliseconds ([`follow_changes`]). Where no announcement can arrive
+//! (SQLite, or while a node's listening connection is down) the cache's
+//! time to live, `auth.key_cache_seconds`, bounds how long a change waits.
 
 use std::{
     collections::HashMap,
@@ -15,9 +18,14 @@ use entities::{api_key, partner};
 use ipnet::IpNet;
 use sea_orm::DbErr;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::{
     domain::partner::Mode,
-    store::{self, Db},
+    store::{
+        self, Db,
+        changes::{Change, Heard, Subscription},
+    },
 };
 
 /// What authentication knows about a key and its account.
@@ -74,15 +82,32 @@ impl KeyDirectory {
         Ok(Some(record))
     }
 
-    /// Drops every cached entry of one key.
-    pub fn forget_key(&self, key_id: &str) {
-        self.lock().retain(|_, (_, record)| record.key.id != key_id);
+    /// Forgets what `change` touched here and tells the other nodes. The
+    /// change is already committed: if the announcement fails, the others
+    /// see it when their cached entries expire, which is logged.
+    pub async fn announce(&self, change: Change) {
+        self.forget(&change);
+        if let Err(err) = store::changes::publish(&self.db, &change).await {
+            tracing::error!(
+                error = %err,
+                ?change,
+                "could not announce a key or account change; other nodes see it within auth.key_cache_seconds"
+            );
+        }
     }
 
-    /// Drops every cached entry of one account's keys.
-    pub fn forget_partner(&self, partner_id: &str) {
-        self.lock()
-            .retain(|_, (_, record)| record.partner.id != partner_id);
+    /// Drops the cached entries `change` touched.
+    pub fn forget(&self, change: &Change) {
+        let mut cache = self.lock();
+        match change {
+            Change::Key(id) => cache.retain(|_, (_, record)| record.key.id != *id),
+            Change::Partner(id) => cache.retain(|_, (_, record)| record.partner.id != *id),
+        }
+    }
+
+    /// Drops every cached entry (after announcements may have been missed).
+    pub fn forget_all(&self) {
+        self.lock().clear();
     }
 
     fn cached(&self, digest: &str) -> Option<Arc<KeyRecord>> {
@@ -96,6 +121,89 @@ impl KeyDirectory {
         self.cache
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Applies every change other nodes announce until `stop`.
+///
+/// Announcements made while the listening connection is down are lost, so
+/// the whole cache is dropped each time listening starts again: whatever
+/// is looked up afterwards is read from the database. While it cannot be
+/// re-established, entries expire with their time to live as they would
+/// without announcements.
+pub async fn follow_changes(
+    keys: Arc<KeyDirectory>,
+    subscription: Subscription,
+    stop: CancellationToken,
+) {
+    let mut subscription = Some(subscription);
+    let mut retry = Backoff::default();
+    loop {
+        let Some(listening) = subscription.as_mut() else {
+            if !retry.wait(&stop).await {
+                return;
+            }
+            subscription = resubscribe(&keys).await;
+            continue;
+        };
+        let heard = tokio::select! {
+            _ = stop.cancelled() => return,
+            heard = listening.next() => heard,
+        };
+        match heard {
+            Ok(Heard::Change(change)) => {
+                tracing::debug!(?change, "change announced");
+                keys.forget(&change);
+                retry = Backoff::default();
+            }
+            Ok(Heard::Gap) => {
+                tracing::warn!("the listening connection was lost and is back; key cache dropped");
+                keys.forget_all();
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "stopped hearing key and account changes; listening again");
+                keys.forget_all();
+                subscription = None;
+            }
+        }
+    }
+}
+
+/// A fresh subscription, the cache dropped once it listens; `None` when
+/// it could not be made (tried again after a pause).
+async fn resubscribe(keys: &KeyDirectory) -> Option<Subscription> {
+    match store::changes::subscribe(&keys.db).await {
+        Ok(Some(subscription)) => {
+            keys.forget_all();
+            tracing::info!("hearing key and account changes again");
+            Some(subscription)
+        }
+        Ok(None) => None,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot listen for key and account changes yet");
+            None
+        }
+    }
+}
+
+/// Doubling pauses between attempts to listen again, from 100 ms to 5 s.
+struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self(Duration::from_millis(100))
+    }
+}
+
+impl Backoff {
+    /// Sleeps the current pause and doubles it; `false` when `stop` came first.
+    async fn wait(&mut self, stop: &CancellationToken) -> bool {
+        let pause = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(5));
+        tokio::select! {
+            _ = stop.cancelled() => false,
+            _ = tokio::time::sleep(pause) => true,
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use crate::{
         error::{ApiError, ErrorCode, Violations},
         extract::StrictJson,
     },
-    store::{self, keys::NewKey},
+    store::{self, changes::Change, keys::NewKey},
 };
 
 /// Body of `POST /partners/{id}/keys`.
@@ -181,7 +181,7 @@ pub async fn rotate(
     let keep = old.expires_at.filter(|at| *at < old_expiry);
     let old = store::keys::set_expiry(&txn, old, Some(keep.unwrap_or(old_expiry))).await?;
     txn.commit().await?;
-    state.keys.forget_key(&old.id);
+    state.keys.announce(Change::Key(old.id.clone())).await;
     tracing::info!(old_key_id = %old.id, new_key_id = %replacement.id, grace, "key rotated");
     Ok((
         StatusCode::CREATED,
@@ -200,7 +200,7 @@ pub async fn revoke(
         Some(_) => key,
         None => store::keys::revoke(&state.db, key, time::now()).await?,
     };
-    state.keys.forget_key(&key.id);
+    state.keys.announce(Change::Key(key.id.clone())).await;
     tracing::info!("key revoked");
     Ok(Json(OperatorKey::new(key, None)))
 }
@@ -231,7 +231,7 @@ pub async fn update(
     v.into_result()?;
     let key = find_key(&state, &id).await?;
     let key = store::keys::set_allowlist(&state.db, key, cidrs).await?;
-    state.keys.forget_key(&key.id);
+    state.keys.announce(Change::Key(key.id.clone())).await;
     tracing::info!(allowed_cidrs = ?key.allowed_cidrs, "key allowlist changed");
     Ok(Json(OperatorKey::new(key, None)))
 }

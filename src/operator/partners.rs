@@ -21,6 +21,7 @@ use crate::{
     },
     store::{
         self,
+        changes::Change,
         partners::{NewPartner, PartnerChanges},
     },
 };
@@ -167,7 +168,10 @@ pub async fn update(
         low_balance_threshold_cents: body.low_balance_threshold_cents,
     };
     store::partners::update(&state.db, current, changes, time::now()).await?;
-    state.keys.forget_partner(id.as_str());
+    state
+        .keys
+        .announce(Change::Partner(id.as_str().to_owned()))
+        .await;
     let updated = store::partners::find_with_floats(&state.db, id.as_str())
         .await?
         .ok_or_else(partner_not_found)?;

@@ -7,6 +7,7 @@
 
 pub mod bulk;
 pub mod catalogue;
+pub mod changes;
 pub mod deposits;
 pub mod esims;
 pub mod keys;

@@ -19,5 +19,6 @@ mod openapi;
 mod operator;
 mod orders;
 mod rate_limits;
+mod revocation;
 mod secrets;
 mod supplier;
