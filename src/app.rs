@@ -26,6 +26,7 @@ use secrecy::ExposeSecret;
 use crate::{
     actors::{
         accounts::Accounts,
+        admission::{Admission, AdmissionArgs},
         provisioning::{DeliveryWriter, ProvisioningArgs, ProvisioningHandle},
         reconciler::ReconcilerArgs,
         services::{ServicesArgs, ServicesMsg, ServicesSupervisor},
@@ -55,7 +56,10 @@ use crate::{
     },
     store::{self, Db},
     supplier::{
-        Supplier, esim_access::EsimAccessClient, gate::RateGate, metered::Metered,
+        Supplier,
+        esim_access::EsimAccessClient,
+        gate::RateGate,
+        metered::{Metered, Tally},
         sandbox::SandboxSupplier,
     },
 };
@@ -111,6 +115,8 @@ pub struct Shared {
     pub node_id: Arc<str>,
     /// Supplier orders of this node; the supplier's webhook wakes them.
     pub supplier_orders: SupplierOrders,
+    /// Admission of live orders within the supplier's capacity (`None`: off).
+    pub admission: Option<Arc<Admission>>,
 }
 
 /// The supplier of each mode.
@@ -132,6 +138,8 @@ impl Deref for AppState {
 pub struct Application {
     state: AppState,
     catalogue_refresh: Duration,
+    /// How often admission reads the backlog.
+    admission_refresh: Duration,
     body_limit: usize,
     operator_body_limit: usize,
     connection_limits: ConnectionLimits,
@@ -217,7 +225,20 @@ impl Application {
             settings.supplier.requests_per_second,
             shared_supplier_window,
         ));
-        let suppliers = build_suppliers(&settings, simulators_addr, supplier_gate)?;
+        let (suppliers, supplier_tally) =
+            build_suppliers(&settings, simulators_addr, supplier_gate.clone())?;
+        let admission = (settings.admission.enabled && settings.supplier.requests_per_second > 0)
+            .then(|| {
+                Arc::new(Admission::new(AdmissionArgs {
+                    calls_per_second: settings.supplier.requests_per_second,
+                    batch_size: settings.supplier.batch_size,
+                    horizon_seconds: settings
+                        .admission
+                        .horizon(settings.supplier.deadline_seconds),
+                    tally: supplier_tally,
+                    gate: supplier_gate,
+                }))
+            });
         let batching = settings.store.commit_mode == crate::config::CommitMode::Batch;
         // SQLite takes one writer at a time: batch across partners too.
         let shared_writer = (batching && db.get_database_backend() == sea_orm::DbBackend::Sqlite)
@@ -232,6 +253,7 @@ impl Application {
             batching,
             shared_writer,
             provisioning_handle.clone(),
+            admission.clone(),
         )
         .await?;
         let payments_sim = PaymentsSim::new(
@@ -330,6 +352,7 @@ impl Application {
             node_id,
             deposits,
             catalogue,
+            admission,
             cursors: CursorCodec::new(settings.cursor.secret.expose_secret().as_bytes()),
             db,
             probe_timeout: Duration::from_millis(settings.database.probe_timeout_ms),
@@ -342,6 +365,7 @@ impl Application {
         Ok(Self {
             state,
             catalogue_refresh,
+            admission_refresh: Duration::from_millis(settings.admission.refresh_ms),
             body_limit: settings.http.body_limit_bytes,
             operator_body_limit: settings.http.operator_body_limit_bytes,
             connection_limits: ConnectionLimits {
@@ -450,6 +474,14 @@ impl Application {
                 stop.clone(),
             ))
         });
+        let admission = self.state.admission.clone().map(|admission| {
+            tokio::spawn(crate::actors::admission::refresh_until_stopped(
+                admission,
+                self.state.db.clone(),
+                self.admission_refresh,
+                stop.clone(),
+            ))
+        });
         let heartbeat = tokio::spawn(beat_until_stopped(
             self.state.clone(),
             self.heartbeat,
@@ -480,8 +512,8 @@ impl Application {
         stop.cancel();
         let _ = refresher.await;
         let _ = heartbeat.await;
-        if let Some(follower) = follower {
-            let _ = follower.await;
+        for task in [follower, admission].into_iter().flatten() {
+            let _ = task.await;
         }
         // Orderly, each step bounded: every account actor commits what is
         // queued (no new actor starts); provisioning stops taking work and
@@ -598,7 +630,7 @@ fn build_suppliers(
     settings: &Settings,
     simulators_addr: Option<SocketAddr>,
     gate: Arc<RateGate>,
-) -> anyhow::Result<Suppliers> {
+) -> anyhow::Result<(Suppliers, Arc<Tally>)> {
     let base_url = match (&settings.supplier.base_url, simulators_addr) {
         (Some(url), _) => url.clone(),
         (None, Some(addr)) => format!("http://{addr}"),
@@ -613,12 +645,15 @@ fn build_suppliers(
         Duration::from_millis(settings.supplier.timeout_ms),
         gate,
     )?;
-    Ok(Suppliers {
-        live: Arc::new(Metered::new(Arc::new(live))),
+    let live = Metered::new(Arc::new(live));
+    let tally = live.tally();
+    let suppliers = Suppliers {
+        live: Arc::new(live),
         sandbox: Arc::new(SandboxSupplier::new(Duration::from_millis(
             settings.sandbox.slow_provisioning_ms,
         ))),
-    })
+    };
+    Ok((suppliers, tally))
 }
 
 /// The payment provider: the configured BTCPay server, or the simulator on

@@ -58,6 +58,8 @@ pub struct Settings {
     pub catalogue: CatalogueSettings,
     /// Provisioning workers.
     pub provisioning: ProvisioningSettings,
+    /// Admission of live orders within the supplier's capacity.
+    pub admission: AdmissionSettings,
     /// This node's identity and heartbeat.
     pub node: NodeSettings,
     /// Account actors.
@@ -251,6 +253,28 @@ pub struct ProvisioningSettings {
     pub concurrency: usize,
     /// How long a worker holds an order.
     pub lease_seconds: u64,
+}
+
+/// `[admission]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionSettings {
+    /// Whether live orders beyond the supplier's capacity are refused.
+    pub enabled: bool,
+    /// Seconds of supplier work the backlog may hold (never more than
+    /// `supplier.deadline_seconds`: see [`AdmissionSettings::horizon`]).
+    pub horizon_seconds: u32,
+    /// How often the backlog is read from the database.
+    pub refresh_ms: u64,
+}
+
+impl AdmissionSettings {
+    /// The horizon in force: the configured one, cut to the provisioning
+    /// deadline (a unit admitted later than that could never be on time).
+    pub fn horizon(&self, deadline_seconds: u64) -> u32 {
+        let deadline = u32::try_from(deadline_seconds).unwrap_or(u32::MAX).max(1);
+        self.horizon_seconds.min(deadline)
+    }
 }
 
 impl Settings {
@@ -539,6 +563,12 @@ impl Settings {
         }
         if self.supplier.batch_size == 0 {
             bail!("invalid configuration: `supplier.batch_size` must be at least 1");
+        }
+        if self.admission.horizon_seconds == 0 {
+            bail!("invalid configuration: `admission.horizon_seconds` must be above 0");
+        }
+        if self.admission.refresh_ms == 0 {
+            bail!("invalid configuration: `admission.refresh_ms` must be above 0");
         }
         if self.supplier.poll_interval_ms == 0
             || self.supplier.max_poll_interval_ms < self.supplier.poll_interval_ms

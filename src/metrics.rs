@@ -76,6 +76,17 @@ pub const RATE_LIMIT_REJECTIONS: &str = "esim_rate_limit_rejections_total";
 /// source's budget): `code` (`auth.missing`, `auth.invalid_key`, `auth.key_expired`).
 pub const AUTH_FAILURES: &str = "esim_auth_failures_total";
 
+/// Live orders refused at admission: `reason` (`capacity`, `fair_share`).
+pub const ADMISSION_REFUSALS: &str = "esim_admission_refusals_total";
+/// Live units per second the supplier can deliver, as admission estimates it.
+pub const ADMISSION_CAPACITY: &str = "esim_admission_capacity_units_per_second";
+/// Live units the backlog may hold (capacity × horizon).
+pub const ADMISSION_ROOM: &str = "esim_admission_room_units";
+/// Live units accepted and not settled, every node's.
+pub const ADMISSION_BACKLOG: &str = "esim_admission_backlog_units";
+/// Partners with live units in the backlog.
+pub const ADMISSION_ACTIVE_PARTNERS: &str = "esim_admission_active_partners";
+
 /// Request latency buckets (seconds): a millisecond to ten seconds.
 const HTTP_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -210,6 +221,26 @@ fn describe() {
         AUTH_FAILURES,
         "Failed authentications of partner requests, by error code."
     );
+    describe_counter!(
+        ADMISSION_REFUSALS,
+        "Live orders refused at admission (502 supplier_error with Retry-After), by reason."
+    );
+    describe_gauge!(
+        ADMISSION_CAPACITY,
+        "Live units per second the supplier can deliver, as estimated."
+    );
+    describe_gauge!(
+        ADMISSION_ROOM,
+        "Live units the backlog may hold: capacity times the horizon."
+    );
+    describe_gauge!(
+        ADMISSION_BACKLOG,
+        "Live units accepted and not settled yet, every node's."
+    );
+    describe_gauge!(
+        ADMISSION_ACTIVE_PARTNERS,
+        "Partners with live units in the backlog."
+    );
 }
 
 /// Middleware recording [`HTTP_REQUESTS`] and [`HTTP_REQUEST_DURATION`] for
@@ -316,6 +347,19 @@ pub fn supplier_call(operation: &'static str, outcome: &'static str, took: Durat
     let labels = [("operation", operation), ("outcome", outcome)];
     counter!(SUPPLIER_CALLS, &labels).increment(1);
     histogram!(SUPPLIER_CALL_DURATION, &labels).record(took.as_secs_f64());
+}
+
+/// A live order was refused at admission.
+pub fn admission_refused(reason: &'static str) {
+    counter!(ADMISSION_REFUSALS, "reason" => reason).increment(1);
+}
+
+/// Admission's latest view.
+pub fn admission_view(capacity: f64, room: u64, backlog: u64, active_partners: u64) {
+    gauge!(ADMISSION_CAPACITY).set(capacity);
+    gauge!(ADMISSION_ROOM).set(room as f64);
+    gauge!(ADMISSION_BACKLOG).set(backlog as f64);
+    gauge!(ADMISSION_ACTIVE_PARTNERS).set(active_partners as f64);
 }
 
 /// The supplier asked us to slow down.

@@ -11,14 +11,21 @@
 //! bound one of the keys) the actor reloads what it holds and decides the
 //! batch again.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use entities::{deposit, ledger_entry, order};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use super::provisioning::{ProvisioningHandle, ProvisioningMsg};
+use super::{
+    admission::Admission,
+    provisioning::{ProvisioningHandle, ProvisioningMsg},
+};
 use crate::{
     domain::{
+        admission::Allowance,
         order::FailureCode,
         ordering::{self, Binding, Bound, Floats, OrderRequest, Outcome, Priced, Refusal},
         partner::Mode,
@@ -52,6 +59,10 @@ impl Priced for order::Model {
 
     fn total_cents(&self) -> i64 {
         self.total_cents
+    }
+
+    fn units(&self) -> u64 {
+        u64::try_from(self.quantity).unwrap_or(0)
     }
 }
 
@@ -124,6 +135,8 @@ pub struct AccountArgs {
     pub max_batch: usize,
     /// The shared writer that commits many actors' batches together (SQLite).
     pub writer: Option<super::writer::CommitWriter>,
+    /// What the supplier can take: live orders beyond it are refused.
+    pub admission: Option<Arc<Admission>>,
 }
 
 /// The actor.
@@ -145,6 +158,38 @@ impl AccountState {
         let (live, sandbox) = store::orders::balances(&self.args.db, &self.args.partner_id).await?;
         self.floats = Floats { live, sandbox };
         Ok(())
+    }
+
+    /// The live units this account may be admitted now.
+    fn allowance(&self) -> Allowance {
+        self.args
+            .admission
+            .as_ref()
+            .map_or_else(Allowance::unlimited, |a| a.allowance(&self.args.partner_id))
+    }
+
+    /// Tells admission what a committed batch admitted and refused.
+    fn report_admission(&self, requests: &[PlaceOrder], outcomes: &[Outcome]) {
+        let Some(admission) = &self.args.admission else {
+            return;
+        };
+        let mut admitted = 0;
+        for (request, outcome) in requests.iter().zip(outcomes) {
+            match (outcome, &request.ask) {
+                (Outcome::Accept, Ok(order)) if request.mode == Mode::Live => {
+                    admitted += order.units();
+                }
+                (
+                    Outcome::Refuse(Refusal::SupplierBusy {
+                        busy,
+                        retry_after_seconds,
+                    }),
+                    _,
+                ) => admission.refused(&self.args.partner_id, *busy, *retry_after_seconds),
+                _ => {}
+            }
+        }
+        admission.admitted(&self.args.partner_id, admitted);
     }
 
     fn remember(&mut self, key: &str, binding: Binding) {
@@ -363,13 +408,14 @@ async fn try_batch(
     requests: &[PlaceOrder],
 ) -> Result<Vec<Decision>, Attempt> {
     state.load_bindings(requests).await?;
-    let mut decided = ordering::decide(requests, &state.keys, state.floats);
+    let allowance = state.allowance();
+    let mut decided = ordering::decide(requests, &state.keys, state.floats, allowance);
     if decided.refused_for_money() {
         // Another node may have credited a deposit: confirm before binding keys.
         let before = state.floats;
         state.reload_balances().await?;
         if state.floats != before {
-            decided = ordering::decide(requests, &state.keys, state.floats);
+            decided = ordering::decide(requests, &state.keys, state.floats, allowance);
         }
     }
     let job = job_of(state, requests, &decided.outcomes);
@@ -388,6 +434,7 @@ async fn try_batch(
         state.floats.live = live.unwrap_or(state.floats.live);
         state.floats.sandbox = sandbox.unwrap_or(state.floats.sandbox);
     }
+    state.report_admission(requests, &decided.outcomes);
     let bindings: Vec<(String, Binding)> = decided
         .new_bindings(requests)
         .map(|(key, binding)| (key.to_owned(), binding))
@@ -750,6 +797,7 @@ mod tests {
             provisioning: None,
             max_batch: MAX_BATCH,
             writer: Some(super::super::writer::CommitWriter::start(db.clone())),
+            admission: None,
         };
         let (actor, _) = Actor::spawn(None, AccountActor, args).await.unwrap();
 
@@ -794,6 +842,7 @@ mod tests {
             provisioning: None,
             max_batch: MAX_BATCH,
             writer: None,
+            admission: None,
         };
         let (actor, _) = Actor::spawn(None, AccountActor, args).await.unwrap();
         // Sabotage: units cannot be written, so the batch transaction fails half-way.

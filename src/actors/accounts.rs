@@ -68,6 +68,8 @@ struct Entry {
 struct Directory {
     db: Db,
     provisioning: Option<ProvisioningHandle>,
+    /// What the supplier can take, shared by every account actor.
+    admission: Option<Arc<super::admission::Admission>>,
     entries: Mutex<HashMap<String, Entry>>,
     /// The partner of every running account actor, by actor id. Kept apart
     /// from `entries` (which a caller may clear when an actor stops answering)
@@ -120,10 +122,12 @@ impl Accounts {
         batching: bool,
         writer: Option<super::writer::CommitWriter>,
         provisioning: Option<ProvisioningHandle>,
+        admission: Option<Arc<super::admission::Admission>>,
     ) -> anyhow::Result<Self> {
         let directory = Arc::new(Directory {
             db,
             provisioning,
+            admission,
             entries: Mutex::new(HashMap::new()),
             owners: Mutex::new(HashMap::new()),
             restarts: Mutex::new(HashMap::new()),
@@ -404,6 +408,7 @@ async fn spawn_account(
             1
         },
         writer: directory.writer.clone(),
+        admission: directory.admission.clone(),
     };
     let (actor, _) = Actor::spawn_linked(None, AccountActor, args, supervisor.get_cell()).await?;
     lock(&directory.owners).insert(actor.get_id(), partner_id.to_owned());

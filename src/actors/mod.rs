@@ -8,12 +8,16 @@
 //! - [`provisioning`]: asks the supplier for profiles of accepted orders,
 //!   with bounded concurrency.
 //! - [`reconciler`]: re-drives orders stranded in `processing`.
+//! - [`admission`]: the node's view of what the supplier can take, from
+//!   which account actors admit live orders (not an actor: a shared view
+//!   refreshed beside them).
 //!
 //! Every start, stop, failure and restart is one log line with the fields
 //! `actor`, `partner_id` (account actors) and `reason`.
 
 pub mod account;
 pub mod accounts;
+pub mod admission;
 pub mod provisioning;
 pub mod reconciler;
 pub mod services;

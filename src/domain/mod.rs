@@ -1,6 +1,7 @@
 //! Pure rules of the business: no I/O, no clocks except where passed in.
 //! Everything here is unit-tested beside its code.
 
+pub mod admission;
 pub mod api_key;
 pub mod cursor;
 pub mod deposit;

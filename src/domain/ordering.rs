@@ -13,6 +13,9 @@
 //! - an order the float cannot pay is refused with
 //!   [`Refusal::Insufficient`], which leaves the float as it was, so a
 //!   cheaper order later in the batch may still go through;
+//! - a live order the supplier could not deliver in time is refused with
+//!   [`Refusal::SupplierBusy`] (see [`super::admission`]): nothing is
+//!   debited and the key stays usable, so the partner retries it later;
 //! - anything else is accepted and debited.
 //!
 //! A [`Refusal`] knows whether it binds the key ([`Refusal::binds`]): a
@@ -26,6 +29,7 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::{
+    admission::{Allowance, Busy},
     partner::{self, Mode},
     pricing::Unavailable,
 };
@@ -54,6 +58,14 @@ pub enum Refusal {
     KeyReused {
         /// Bound by a key of the other mode (else: another body).
         other_mode: bool,
+    },
+    /// The supplier could not deliver the order's units within the
+    /// deadline now: retry with the same key after `retry_after_seconds`.
+    SupplierBusy {
+        /// Whether the whole backlog or this partner's share is full.
+        busy: Busy,
+        /// When the units are expected to fit.
+        retry_after_seconds: u32,
     },
 }
 
@@ -87,6 +99,14 @@ impl Refusal {
             Refusal::KeyReused { other_mode } => {
                 json!({ "code": "idempotency.key_reused", "other_mode": other_mode })
             }
+            Refusal::SupplierBusy {
+                busy,
+                retry_after_seconds,
+            } => json!({
+                "code": "supplier_error",
+                "reason": busy.as_str(),
+                "retry_after_seconds": retry_after_seconds,
+            }),
         }
     }
 
@@ -146,6 +166,8 @@ pub trait Priced {
     fn order_id(&self) -> &str;
     /// What it costs, in cents.
     fn total_cents(&self) -> i64;
+    /// How many units the supplier must deliver.
+    fn units(&self) -> u64;
 }
 
 /// One order request as the account sees it.
@@ -256,13 +278,16 @@ impl Decided {
     }
 }
 
-/// Decides a batch in order against `floats` and the keys bound before it.
+/// Decides a batch in order against `floats`, the keys bound before it and
+/// the live units the supplier can still take (`allowance`).
 pub fn decide<T: Priced>(
     requests: &[OrderRequest<T>],
     bound_before: &HashMap<String, Binding>,
     floats: Floats,
+    allowance: Allowance,
 ) -> Decided {
     let mut floats = floats;
+    let mut allowance = allowance;
     let mut bound_here: HashMap<&str, Binding> = HashMap::new();
     let mut outcomes = Vec::with_capacity(requests.len());
     for request in requests {
@@ -271,7 +296,7 @@ pub fn decide<T: Priced>(
             .or_else(|| bound_before.get(&request.key));
         let outcome = match known {
             Some(binding) => replay(binding, request),
-            None => decide_new(request, &mut floats),
+            None => decide_new(request, &mut floats, &mut allowance),
         };
         if let Some(bound) = binding_of(&outcome, request) {
             bound_here.insert(
@@ -300,7 +325,11 @@ fn replay<T>(binding: &Binding, request: &OrderRequest<T>) -> Outcome {
 }
 
 /// The answer to a key seen for the first time.
-fn decide_new<T: Priced>(request: &OrderRequest<T>, floats: &mut Floats) -> Outcome {
+fn decide_new<T: Priced>(
+    request: &OrderRequest<T>,
+    floats: &mut Floats,
+    allowance: &mut Allowance,
+) -> Outcome {
     let order = match &request.ask {
         Err(refusal) => return Outcome::Refuse(refusal.clone()),
         Ok(order) => order,
@@ -311,6 +340,14 @@ fn decide_new<T: Priced>(request: &OrderRequest<T>, floats: &mut Floats) -> Outc
             mode: request.mode,
             balance_cents: *float,
             required_cents: order.total_cents(),
+        });
+    }
+    if request.mode == Mode::Live
+        && let Err((busy, retry_after_seconds)) = allowance.take(order.units())
+    {
+        return Outcome::Refuse(Refusal::SupplierBusy {
+            busy,
+            retry_after_seconds,
         });
     }
     *float -= order.total_cents();
@@ -345,6 +382,9 @@ mod tests {
         fn total_cents(&self) -> i64 {
             self.total
         }
+        fn units(&self) -> u64 {
+            1
+        }
     }
 
     fn request(key: &str, fingerprint: &str, total: i64) -> OrderRequest<Order> {
@@ -374,7 +414,12 @@ mod tests {
             request("k2", "f", 600),
             request("k3", "f", 300),
         ];
-        let decided = decide(&requests, &HashMap::new(), live(1000));
+        let decided = decide(
+            &requests,
+            &HashMap::new(),
+            live(1000),
+            Allowance::unlimited(),
+        );
         assert_eq!(decided.outcomes[0], Outcome::Accept);
         assert_eq!(
             decided.outcomes[1],
@@ -396,7 +441,12 @@ mod tests {
             request("k1", "f", 100),
             request("k1", "other", 100),
         ];
-        let decided = decide(&requests, &HashMap::new(), live(1000));
+        let decided = decide(
+            &requests,
+            &HashMap::new(),
+            live(1000),
+            Allowance::unlimited(),
+        );
         assert_eq!(decided.outcomes[0], Outcome::Accept);
         assert_eq!(
             decided.outcomes[1],
@@ -431,6 +481,7 @@ mod tests {
                 live: 1000,
                 sandbox: 1000,
             },
+            Allowance::unlimited(),
         );
         assert_eq!(
             decided.outcomes[0],
@@ -446,7 +497,12 @@ mod tests {
     #[test]
     fn a_binding_refusal_replays_and_one_that_does_not_leaves_the_key_usable() {
         let requests = [request("k1", "f", 5000), request("k1", "f", 5000)];
-        let decided = decide(&requests, &HashMap::new(), live(1000));
+        let decided = decide(
+            &requests,
+            &HashMap::new(),
+            live(1000),
+            Allowance::unlimited(),
+        );
         assert!(matches!(
             decided.outcomes[1],
             Outcome::Replay(Bound::Refusal(Refusal::Insufficient { .. }))
@@ -455,7 +511,12 @@ mod tests {
         let mut unknown_plan = request("k2", "f", 100);
         unknown_plan.ask = Err(Refusal::PlanNotFound);
         let requests = [unknown_plan, request("k2", "f", 100)];
-        let decided = decide(&requests, &HashMap::new(), live(1000));
+        let decided = decide(
+            &requests,
+            &HashMap::new(),
+            live(1000),
+            Allowance::unlimited(),
+        );
         assert_eq!(decided.outcomes[0], Outcome::Refuse(Refusal::PlanNotFound));
         assert_eq!(decided.outcomes[1], Outcome::Accept);
     }
@@ -464,7 +525,12 @@ mod tests {
     fn the_always_insufficient_plan_refuses_whatever_the_float() {
         let mut request = request("k1", "f", 1);
         request.always_insufficient = true;
-        let decided = decide(&[request], &HashMap::new(), live(1_000_000));
+        let decided = decide(
+            &[request],
+            &HashMap::new(),
+            live(1_000_000),
+            Allowance::unlimited(),
+        );
         assert!(matches!(
             decided.outcomes[0],
             Outcome::Refuse(Refusal::Insufficient {
@@ -595,7 +661,7 @@ mod tests {
         while !rest.is_empty() {
             let take = (*sizes.next().unwrap_or(&1)).clamp(1, rest.len());
             let (batch, after) = rest.split_at(take);
-            let decided = decide(batch, &bindings, floats);
+            let decided = decide(batch, &bindings, floats, Allowance::unlimited());
             for (key, binding) in decided.new_bindings(batch) {
                 bindings.insert(key.to_owned(), binding);
             }
@@ -604,6 +670,60 @@ mod tests {
             rest = after;
         }
         (outcomes, floats, bindings)
+    }
+
+    #[test]
+    fn live_orders_past_the_allowance_are_refused_uncharged_and_unbound() {
+        use crate::domain::admission::{Backlog, Capacity, allowance};
+        // Room for two units: 1 unit/s over a 2-second horizon.
+        let capacity = Capacity {
+            calls_per_second: 1.0,
+            units_per_call: 1.0,
+            slowdown_factor: 1.0,
+        };
+        let room = allowance(&capacity, 2, Backlog::default());
+        let mut sandbox = request("k4", "f", 100);
+        sandbox.mode = Mode::Sandbox;
+        let requests = [
+            request("k1", "f", 100),
+            request("k2", "f", 100),
+            request("k3", "f", 100),
+            sandbox,
+        ];
+        let floats = Floats {
+            live: 1000,
+            sandbox: 1000,
+        };
+        let decided = decide(&requests, &HashMap::new(), floats, room);
+        assert_eq!(decided.outcomes[0], Outcome::Accept);
+        assert_eq!(decided.outcomes[1], Outcome::Accept);
+        let Outcome::Refuse(refusal) = &decided.outcomes[2] else {
+            panic!(
+                "the third live unit does not fit: {:?}",
+                decided.outcomes[2]
+            );
+        };
+        assert!(matches!(
+            refusal,
+            Refusal::SupplierBusy {
+                retry_after_seconds: 1,
+                ..
+            }
+        ));
+        assert!(!refusal.binds(), "the partner retries with the same key");
+        assert_eq!(
+            decided.outcomes[3],
+            Outcome::Accept,
+            "sandbox is not admitted"
+        );
+        assert_eq!(
+            decided.floats,
+            Floats {
+                live: 800,
+                sandbox: 900
+            }
+        );
+        assert_eq!(decided.new_bindings(&requests).count(), 3);
     }
 
     proptest! {
@@ -629,7 +749,7 @@ mod tests {
             sandbox in 0i64..3000,
         ) {
             let floats = Floats { live, sandbox };
-            let decided = decide(&requests, &HashMap::new(), floats);
+            let decided = decide(&requests, &HashMap::new(), floats, Allowance::unlimited());
             let charged = |mode: Mode| -> i64 {
                 requests.iter().zip(&decided.outcomes)
                     .filter(|(r, o)| r.mode == mode && **o == Outcome::Accept)

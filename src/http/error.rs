@@ -10,7 +10,7 @@
 use std::fmt;
 
 use axum::{
-    http::{HeaderName, HeaderValue, StatusCode},
+    http::{HeaderName, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use serde_json::{Map, Value};
@@ -495,6 +495,15 @@ impl From<Refusal> for ApiError {
                     .with_message(why)
                     .with_param("Idempotency-Key")
             }
+            Refusal::SupplierBusy {
+                busy: _,
+                retry_after_seconds,
+            } => ApiError::new(ErrorCode::SupplierError)
+                .with_message(format!(
+                    "The supplier cannot deliver this order within the provisioning deadline right now; nothing was charged. Retry with the same Idempotency-Key after {retry_after_seconds} s."
+                ))
+                .with_extra("retry_after_seconds", retry_after_seconds)
+                .with_header(header::RETRY_AFTER, HeaderValue::from(retry_after_seconds)),
         }
     }
 }

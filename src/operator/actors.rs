@@ -1,4 +1,4 @@
-//! `GET /actors` and the fault-injection route.
+//! `GET /actors`, `GET /admission` and the fault-injection routes.
 
 use axum::{
     Json,
@@ -20,6 +20,18 @@ pub async fn list(State(state): State<AppState>) -> Json<Value> {
         "account_restarts_total": state.accounts.total_restarts(),
         "provisioning": state.accounts.provisioning().is_some(),
     }))
+}
+
+/// `GET /admission`: what the supplier can take, the backlog, each waiting
+/// partner's share and the refusals on this node.
+pub async fn admission(State(state): State<AppState>) -> Json<Value> {
+    match &state.admission {
+        Some(admission) => Json(json!(admission.view())),
+        None => Json(json!({
+            "enabled": false,
+            "why": "admission is off (admission.enabled = false, or supplier.requests_per_second = 0)",
+        })),
+    }
 }
 
 /// `POST /actors/{partner_id}/fail`: makes the partner's account actor fail,

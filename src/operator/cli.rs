@@ -44,6 +44,9 @@ pub enum AdminCommand {
     Destinations(DestinationsCommand),
     /// The live actors: kind, partner, mailbox length, restarts.
     Actors,
+    /// Admission: the supplier's capacity, the backlog, each partner's
+    /// share, refusals.
+    Admission,
     /// Money on a partner's floats.
     #[command(subcommand)]
     Money(MoneyCommand),
@@ -370,6 +373,7 @@ fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<(Method, String, Op
             Some(json!({ "withdrawn": false })),
         ),
         AdminCommand::Actors => (Method::GET, "/actors".to_owned(), None),
+        AdminCommand::Admission => (Method::GET, "/admission".to_owned(), None),
         AdminCommand::Money(MoneyCommand::Move {
             partner_id,
             kind,

@@ -50,6 +50,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
         )
         .route("/keys/{id}", patch(keys::update))
         .route("/actors", get(actors::list))
+        .route("/admission", get(actors::admission))
         .route("/actors/provisioning/fail", post(actors::fail_provisioning))
         .route("/actors/{partner_id}/fail", post(actors::fail))
         .route("/plans", post(catalogue::upsert_plans))

@@ -827,3 +827,22 @@ pub async fn accept_batch<C: ConnectionTrait>(
     bulk::insert_models::<ledger_entry::Entity, _>(txn, &ledger_rows).await?;
     Ok(after)
 }
+
+/// Live units of orders still processing, per partner: the backlog the
+/// supplier has yet to deliver (every node's orders).
+pub async fn live_backlog<C: ConnectionTrait>(db: &C) -> Result<HashMap<String, u64>, DbErr> {
+    let rows: Vec<(String, Option<i64>)> = order::Entity::find()
+        .select_only()
+        .column(order::Column::PartnerId)
+        .column_as(Expr::col(order::Column::Quantity).sum(), "units")
+        .filter(order::Column::Status.eq(rules::PROCESSING))
+        .filter(order::Column::Mode.eq(Mode::Live.as_str()))
+        .group_by(order::Column::PartnerId)
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(partner, units)| (partner, u64::try_from(units.unwrap_or(0)).unwrap_or(0)))
+        .collect())
+}

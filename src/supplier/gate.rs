@@ -30,6 +30,8 @@ pub struct RateGate {
     local: Option<DefaultDirectRateLimiter>,
     shared: Option<Arc<Limiter>>,
     paused_until: Mutex<Option<Instant>>,
+    /// "Slow down" answers since start.
+    slow_downs: std::sync::atomic::AtomicU64,
 }
 
 impl RateGate {
@@ -45,6 +47,7 @@ impl RateGate {
             shared: if per_second == 0 { None } else { shared },
             local,
             paused_until: Mutex::new(None),
+            slow_downs: Default::default(),
         }
     }
 
@@ -90,7 +93,14 @@ impl RateGate {
         if paused.is_none_or(|current| current < until) {
             *paused = Some(until);
         }
+        self.slow_downs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         crate::metrics::supplier_slow_down();
+    }
+
+    /// "Slow down" answers since start.
+    pub fn slow_downs(&self) -> u64 {
+        self.slow_downs.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -1,23 +1,60 @@
 //! A [`Supplier`] that counts and times every call of the one it wraps
 //! (`esim_supplier_calls_total`, `esim_supplier_call_duration_seconds`), so
 //! the adapter itself stays free of metrics and time-outs are counted as the
-//! service saw them.
+//! service saw them. It also keeps a [`Tally`] of calls made and units
+//! placed, from which admission learns how many units a call moves.
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Instant,
+};
 
 use async_trait::async_trait;
 
 use super::{Allocation, Supplier, SupplierError, Usage};
 use crate::metrics::{supplier_call, supplier_outcome};
 
+/// Calls made to a supplier and units it accepted, since start.
+#[derive(Debug, Default)]
+pub struct Tally {
+    calls: AtomicU64,
+    units_placed: AtomicU64,
+}
+
+impl Tally {
+    /// (calls, units placed) so far.
+    pub fn read(&self) -> (u64, u64) {
+        (
+            self.calls.load(Ordering::Relaxed),
+            self.units_placed.load(Ordering::Relaxed),
+        )
+    }
+
+    fn call(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Wraps a supplier; every call is recorded with its operation and outcome.
 pub struct Metered {
     inner: Arc<dyn Supplier>,
+    tally: Arc<Tally>,
 }
 
 impl Metered {
     pub fn new(inner: Arc<dyn Supplier>) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            tally: Arc::default(),
+        }
+    }
+
+    /// The running count of this supplier's calls and placed units.
+    pub fn tally(&self) -> Arc<Tally> {
+        self.tally.clone()
     }
 }
 
@@ -35,6 +72,12 @@ impl Supplier for Metered {
             .place_order(transaction_id, package_code, count)
             .await;
         supplier_call("place_order", supplier_outcome(&result), started.elapsed());
+        self.tally.call();
+        if result.is_ok() {
+            self.tally
+                .units_placed
+                .fetch_add(u64::from(count), Ordering::Relaxed);
+        }
         result
     }
 
@@ -46,6 +89,7 @@ impl Supplier for Metered {
             other => supplier_outcome(other),
         };
         supplier_call("query", outcome, started.elapsed());
+        self.tally.call();
         result
     }
 
@@ -53,6 +97,7 @@ impl Supplier for Metered {
         let started = Instant::now();
         let result = self.inner.usage(iccid, esim_tran_no).await;
         supplier_call("usage", supplier_outcome(&result), started.elapsed());
+        self.tally.call();
         result
     }
 }

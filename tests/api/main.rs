@@ -2,6 +2,7 @@
 //! database per test (SQLite, or PostgreSQL when `TEST_DATABASE_URL` is set),
 //! spoken to over HTTP.
 
+mod admission;
 mod auth;
 mod authz;
 mod catalogue;

@@ -1,0 +1,372 @@
+//! The node's view of what the supplier can take, for the account actors'
+//! admission decisions ([`crate::domain::admission`]).
+//!
+//! - **Capacity** comes from the supplier's limit (`supplier.requests_per_second`)
+//!   times the units one call moves, learnt from the live supplier's
+//!   [`Tally`] each second the supplier was busy, halved for ten seconds
+//!   after it said "slow down".
+//! - **Backlog** comes from the database every `admission.refresh_ms`: live
+//!   units of orders still processing, per partner, on every node, so the
+//!   whole fleet shares one room. Units admitted on this node since the last
+//!   reading are added on top until the next one includes them.
+//!
+//! Account actors ask for an [`Allowance`] before deciding a batch and
+//! report what they admitted and refused; this view never blocks on the
+//! database (the refresh runs beside it).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    domain::admission::{self, Allowance, Backlog, Busy, Capacity, UnitsPerCall},
+    store::{self, Db},
+    supplier::{gate::RateGate, metered::Tally},
+};
+
+/// How long a "slow down" answer halves the capacity.
+const SLOWDOWN_MEMORY: Duration = Duration::from_secs(10);
+
+/// How often one partner's refusals for one reason are logged.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// How long the supplier's tally is summed before units per call are
+/// learnt from it: long enough for several calls at any documented limit.
+const LEARN_EVERY: Duration = Duration::from_secs(5);
+
+/// What admission needs to know about the supplier.
+pub struct AdmissionArgs {
+    /// Calls per second the supplier accepts (0: no limit, admission off).
+    pub calls_per_second: u32,
+    /// Most units in one supplier order.
+    pub batch_size: usize,
+    /// Seconds of supplier work the backlog may hold.
+    pub horizon_seconds: u32,
+    /// The live supplier's running count of calls and placed units.
+    pub tally: Arc<Tally>,
+    /// The live supplier's gate (its "slow down" answers).
+    pub gate: Arc<RateGate>,
+}
+
+/// The node's admission view.
+pub struct Admission {
+    args: AdmissionArgs,
+    /// Highest units per call the estimate may reach: a supplier order
+    /// carries at most `batch_size` units and takes at least two calls.
+    ceiling: f64,
+    state: Mutex<State>,
+}
+
+struct State {
+    units_per_call: UnitsPerCall,
+    /// The tally when the current learning window began, and when.
+    learnt_at: (Instant, (u64, u64)),
+    last_slow_downs: u64,
+    slowed_until: Option<Instant>,
+    /// When each partner last asked for live units: partners asking within
+    /// the horizon share the room even while they hold nothing (refused).
+    asked: HashMap<String, Instant>,
+    /// Live units processing per partner, at the last database reading.
+    read: HashMap<String, u64>,
+    /// Units admitted here while the reading was being taken (it may or
+    /// may not include them) and since.
+    reading: HashMap<String, u64>,
+    since: HashMap<String, u64>,
+    /// Refusals by reason since start, and when each partner's were logged.
+    refusals: HashMap<Busy, u64>,
+    logged: HashMap<(String, Busy), Instant>,
+}
+
+impl State {
+    fn partner_units(&self, partner: &str) -> u64 {
+        [&self.read, &self.reading, &self.since]
+            .iter()
+            .map(|m| m.get(partner).copied().unwrap_or(0))
+            .sum()
+    }
+
+    fn total_units(&self) -> u64 {
+        [&self.read, &self.reading, &self.since]
+            .iter()
+            .flat_map(|m| m.values())
+            .sum()
+    }
+
+    /// Partners holding units or asking for some within `horizon`.
+    fn active_partners(&self, horizon: Duration) -> u64 {
+        let holding = [&self.read, &self.reading, &self.since]
+            .into_iter()
+            .flat_map(|m| m.iter())
+            .filter(|(_, units)| **units > 0)
+            .map(|(partner, _)| partner.as_str());
+        let asking = self
+            .asked
+            .iter()
+            .filter(|(_, at)| at.elapsed() < horizon)
+            .map(|(partner, _)| partner.as_str());
+        holding
+            .chain(asking)
+            .collect::<std::collections::HashSet<&str>>()
+            .len() as u64
+    }
+}
+
+impl Admission {
+    /// A view with a conservative start: one unit per call until the busy
+    /// supplier shows more.
+    pub fn new(args: AdmissionArgs) -> Self {
+        let ceiling = (args.batch_size.max(1) as f64 / 2.0).max(1.0);
+        let state = State {
+            units_per_call: UnitsPerCall::new(1.0),
+            learnt_at: (Instant::now(), args.tally.read()),
+            last_slow_downs: args.gate.slow_downs(),
+            slowed_until: None,
+            asked: HashMap::new(),
+            read: HashMap::new(),
+            reading: HashMap::new(),
+            since: HashMap::new(),
+            refusals: HashMap::new(),
+            logged: HashMap::new(),
+        };
+        Self {
+            args,
+            ceiling,
+            state: Mutex::new(state),
+        }
+    }
+
+    /// Whether admission limits anything (the supplier has a limit).
+    pub fn is_on(&self) -> bool {
+        self.args.calls_per_second > 0
+    }
+
+    /// What one partner may be admitted now.
+    pub fn allowance(&self, partner_id: &str) -> Allowance {
+        if !self.is_on() {
+            return Allowance::unlimited();
+        }
+        let mut state = self.lock();
+        state.asked.insert(partner_id.to_owned(), Instant::now());
+        let backlog = Backlog {
+            total_units: state.total_units(),
+            partner_units: state.partner_units(partner_id),
+            active_partners: state.active_partners(self.horizon()),
+        };
+        admission::allowance(&self.capacity(&state), self.args.horizon_seconds, backlog)
+    }
+
+    /// A batch of `partner_id` committed `units` live units.
+    pub fn admitted(&self, partner_id: &str, units: u64) {
+        if units == 0 || !self.is_on() {
+            return;
+        }
+        *self.lock().since.entry(partner_id.to_owned()).or_default() += units;
+    }
+
+    /// A live order of `partner_id` was refused for `busy`: counted, and
+    /// logged once per partner and reason every ten seconds.
+    pub fn refused(&self, partner_id: &str, busy: Busy, retry_after_seconds: u32) {
+        crate::metrics::admission_refused(busy.as_str());
+        let mut state = self.lock();
+        *state.refusals.entry(busy).or_default() += 1;
+        let key = (partner_id.to_owned(), busy);
+        let due = state
+            .logged
+            .get(&key)
+            .is_none_or(|at| at.elapsed() >= LOG_EVERY);
+        if due {
+            state.logged.insert(key, Instant::now());
+            let refused = state.refusals.get(&busy).copied().unwrap_or(0);
+            drop(state);
+            tracing::info!(
+                partner_id,
+                reason = busy.as_str(),
+                retry_after_seconds,
+                refused_on_this_node = refused,
+                "orders refused at admission: the supplier cannot deliver more in time (logged once per 10 s)"
+            );
+        }
+    }
+
+    /// Reads the backlog from the database and learns from the supplier's
+    /// tally since the last refresh.
+    pub async fn refresh(&self, db: &Db) {
+        self.learn();
+        {
+            let mut state = self.lock();
+            let since = std::mem::take(&mut state.since);
+            for (partner, units) in since {
+                *state.reading.entry(partner).or_default() += units;
+            }
+        }
+        match store::orders::live_backlog(db).await {
+            Ok(read) => {
+                let mut state = self.lock();
+                state.read = read;
+                state.reading.clear();
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "could not read the backlog; admission keeps its last view");
+            }
+        }
+        self.publish();
+    }
+
+    /// What the operator sees.
+    pub fn view(&self) -> AdmissionView {
+        let state = self.lock();
+        let capacity = self.capacity(&state);
+        let per_second = capacity.units_per_second();
+        let room = (per_second * f64::from(self.args.horizon_seconds)).floor() as u64;
+        let active = state.active_partners(self.horizon());
+        let mut partners: HashMap<&str, u64> = HashMap::new();
+        for map in [&state.read, &state.reading, &state.since] {
+            for (partner, units) in map {
+                *partners.entry(partner.as_str()).or_default() += units;
+            }
+        }
+        let share = room / active.max(1);
+        let mut partners: Vec<PartnerShare> = partners
+            .into_iter()
+            .filter(|(_, units)| *units > 0)
+            .map(|(partner, units)| PartnerShare {
+                partner_id: partner.to_owned(),
+                backlog_units: units,
+                share_units: share,
+            })
+            .collect();
+        partners.sort_by_key(|p| std::cmp::Reverse(p.backlog_units));
+        AdmissionView {
+            enabled: self.is_on(),
+            supplier_calls_per_second: self.args.calls_per_second,
+            units_per_call: capacity.units_per_call,
+            slowed_down: capacity.slowdown_factor < 1.0,
+            capacity_units_per_second: per_second,
+            horizon_seconds: self.args.horizon_seconds,
+            room_units: room,
+            backlog_units: state.total_units(),
+            active_partners: active,
+            refusals: state
+                .refusals
+                .iter()
+                .map(|(busy, n)| (busy.as_str(), *n))
+                .collect(),
+            partners,
+        }
+    }
+
+    fn capacity(&self, state: &State) -> Capacity {
+        let slowed = state
+            .slowed_until
+            .is_some_and(|until| until > Instant::now());
+        Capacity {
+            calls_per_second: f64::from(self.args.calls_per_second),
+            units_per_call: state.units_per_call.get(),
+            slowdown_factor: if slowed { 0.5 } else { 1.0 },
+        }
+    }
+
+    /// Notes a "slow down" answer, and learns units per call once a
+    /// learning window is over.
+    fn learn(&self) {
+        let now = Instant::now();
+        let slow_downs = self.args.gate.slow_downs();
+        let mut state = self.lock();
+        if slow_downs > state.last_slow_downs {
+            state.slowed_until = Some(now + SLOWDOWN_MEMORY);
+        }
+        state.last_slow_downs = slow_downs;
+        let (began, at_start) = state.learnt_at;
+        let elapsed = now.duration_since(began);
+        if elapsed < LEARN_EVERY {
+            return;
+        }
+        let tally = self.args.tally.read();
+        let calls = tally.0.saturating_sub(at_start.0);
+        let units = tally.1.saturating_sub(at_start.1);
+        let limit = (f64::from(self.args.calls_per_second) * elapsed.as_secs_f64()).floor() as u64;
+        let ceiling = self.ceiling;
+        state.units_per_call.observe(calls, units, limit, ceiling);
+        state.learnt_at = (now, tally);
+        // Askers gone quiet for a horizon no longer hold a share.
+        let horizon = self.horizon();
+        state.asked.retain(|_, at| at.elapsed() < horizon);
+    }
+
+    fn horizon(&self) -> Duration {
+        Duration::from_secs(u64::from(self.args.horizon_seconds))
+    }
+
+    fn publish(&self) {
+        let view = self.view();
+        crate::metrics::admission_view(
+            view.capacity_units_per_second,
+            view.room_units,
+            view.backlog_units,
+            view.active_partners,
+        );
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // Nothing panics while the lock is held; recover the state if it ever was.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Refreshes the view every `every` until `stop`.
+pub async fn refresh_until_stopped(
+    admission: Arc<Admission>,
+    db: Db,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => admission.refresh(&db).await,
+        }
+    }
+}
+
+/// `GET /operator/v1/admission`.
+#[derive(Debug, Serialize)]
+pub struct AdmissionView {
+    /// Whether admission limits anything (the supplier has a limit).
+    pub enabled: bool,
+    /// The supplier's documented limit.
+    pub supplier_calls_per_second: u32,
+    /// Units one call moves, as learnt.
+    pub units_per_call: f64,
+    /// Whether a recent "slow down" answer halves the capacity.
+    pub slowed_down: bool,
+    /// Units per second the supplier can deliver.
+    pub capacity_units_per_second: f64,
+    /// Seconds of supplier work the backlog may hold.
+    pub horizon_seconds: u32,
+    /// Units the backlog may hold: capacity × horizon.
+    pub room_units: u64,
+    /// Live units accepted and not settled, every node's.
+    pub backlog_units: u64,
+    /// Partners with units in the backlog.
+    pub active_partners: u64,
+    /// Refusals on this node since start, by reason.
+    pub refusals: HashMap<&'static str, u64>,
+    /// Each partner with units in the backlog, and the share it may hold.
+    pub partners: Vec<PartnerShare>,
+}
+
+/// One partner's place in the backlog.
+#[derive(Debug, Serialize)]
+pub struct PartnerShare {
+    pub partner_id: String,
+    pub backlog_units: u64,
+    /// Units this partner may hold while the others ask too.
+    pub share_units: u64,
+}
