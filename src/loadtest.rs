@@ -14,6 +14,13 @@
 //!    read is never negative; accepted orders equal purchase rows; no
 //!    Idempotency-Key maps to two orders; every order is final.
 //!
+//! With `--admission` the supplier's limit is in force and the burst is
+//! meant to exceed it: orders refused at admission (502 `supplier_error`)
+//! are expected, and the verdict also requires that every refusal came with
+//! `Retry-After` and at once (p99 under a second), that every accepted order
+//! was delivered in full (no refund at all), and that equal partners'
+//! accepted units are within ±20% of their mean.
+//!
 //! Rate limits are the server's: lift the bands through its configuration
 //! (e.g. `ESIM__RATE_LIMIT__BANDS__GOLD__WRITE__LIMIT=100000000`).
 //!
@@ -106,6 +113,10 @@ pub struct LoadtestArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// The supplier's limit is in force: expect refusals at admission and
+    /// check them (Retry-After, at once), full delivery and fair shares.
+    #[arg(long)]
+    pub admission: bool,
     /// The partner listeners, taken in turn (built from `public_url` by [`run`]).
     #[arg(skip)]
     pub targets: Arc<Targets>,
@@ -179,6 +190,11 @@ struct Observed {
     accepted: HashMap<usize, HashSet<String>>,
     negative_balance_seen: bool,
     transport_errors: u64,
+    /// Latency of refusals at admission (502 `supplier_error`).
+    refusal_latency_us: Histogram<u64>,
+    /// Refusals at admission, and those without `Retry-After`.
+    refusals: u64,
+    refusals_without_retry_after: u64,
 }
 
 /// Runs the load test; returns the process exit code (1 on FAIL).
@@ -197,6 +213,9 @@ pub async fn run(mut args: LoadtestArgs) -> anyhow::Result<u8> {
         accepted: HashMap::new(),
         negative_balance_seen: false,
         transport_errors: 0,
+        refusal_latency_us: Histogram::new_with_bounds(1, 120_000_000, 3)?,
+        refusals: 0,
+        refusals_without_retry_after: 0,
     }));
 
     let started = Instant::now();
@@ -233,6 +252,7 @@ pub async fn run(mut args: LoadtestArgs) -> anyhow::Result<u8> {
             "max": ms(histogram.max()),
         },
         "responses": observed.by_status,
+        "admission": admission_report(&observed),
         "transport_errors": observed.transport_errors,
         "requests_by_url": args.targets.sent(),
         "invariants": verdict.details,
@@ -303,6 +323,29 @@ struct Answer {
     status: u16,
     code: Option<String>,
     order_id: Option<String>,
+    /// `Retry-After`, when the answer carried one.
+    retry_after: Option<u64>,
+}
+
+impl Answer {
+    /// A refusal at admission: the supplier cannot deliver more in time.
+    fn refused_at_admission(&self) -> bool {
+        self.status == 502 && self.code.as_deref() == Some("supplier_error")
+    }
+}
+
+/// Refusals at admission: how many, how fast, with `Retry-After`.
+fn admission_report(observed: &Observed) -> Value {
+    let latency = &observed.refusal_latency_us;
+    json!({
+        "refusals": observed.refusals,
+        "refusals_without_retry_after": observed.refusals_without_retry_after,
+        "refusal_latency_ms": {
+            "p50": ms(latency.value_at_quantile(0.50)),
+            "p99": ms(latency.value_at_quantile(0.99)),
+            "max": ms(latency.max()),
+        },
+    })
 }
 
 async fn post_order(
@@ -320,12 +363,18 @@ async fn post_order(
         .send()
         .await?;
     let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
     let body: Value = response.json().await.unwrap_or(Value::Null);
     Ok((
         Answer {
             status,
             code: body["error"]["code"].as_str().map(str::to_owned),
             order_id: body["id"].as_str().map(str::to_owned),
+            retry_after,
         },
         started.elapsed(),
     ))
@@ -350,6 +399,7 @@ async fn get_read(
             status,
             code: None,
             order_id: None,
+            retry_after: None,
         },
         started.elapsed(),
     ))
@@ -370,6 +420,13 @@ fn record(
                 None => answer.status.to_string(),
             };
             *seen.by_status.entry(label).or_insert(0) += 1;
+            if answer.refused_at_admission() {
+                seen.refusals += 1;
+                seen.refusals_without_retry_after += u64::from(answer.retry_after.is_none());
+                let _ = seen
+                    .refusal_latency_us
+                    .record(took.as_micros().max(1) as u64);
+            }
             if let Some(order_id) = answer.order_id {
                 seen.key_orders
                     .entry(key.to_owned())
@@ -685,10 +742,82 @@ async fn check(
             per_partner.push(json!({ "partner_id": partner.id, "balance_cents": balance, "ledger_sum_cents": sum, "purchase_rows": purchases, "accepted_orders": accepted, "refunded_cents": refunds }));
         }
     }
+    let mut shares = Value::Null;
+    if args.admission {
+        let units: Vec<u64> = (0..partners.len())
+            .map(|i| {
+                observed.accepted.get(&i).map_or(0, |s| s.len() as u64)
+                    * args.quantity.max(0) as u64
+            })
+            .collect();
+        let (admission_failures, spread) = check_admission(observed, refunded_total, &units);
+        failures.extend(admission_failures);
+        shares = spread;
+    }
     Ok(Verdict {
         pass: failures.is_empty(),
-        details: json!({ "failures": failures, "refunded_cents_total": refunded_total, "partners": per_partner }),
+        details: json!({ "failures": failures, "refunded_cents_total": refunded_total, "partners": per_partner, "shares": shares }),
     })
+}
+
+/// Largest spread of equal partners' accepted units around their mean.
+const SHARE_TOLERANCE: f64 = 0.20;
+
+/// The admission checks: refusals happened, at once and with `Retry-After`;
+/// nothing was refunded; equal partners got equal shares (±20%).
+fn check_admission(
+    observed: &Observed,
+    refunded_total: i64,
+    units: &[u64],
+) -> (Vec<String>, Value) {
+    let mut failures = Vec::new();
+    if observed.refusals == 0 {
+        failures.push(
+            "no order was refused at admission: the burst did not exceed the supplier's capacity"
+                .to_owned(),
+        );
+    }
+    if observed.refusals_without_retry_after > 0 {
+        failures.push(format!(
+            "{} refusals at admission without Retry-After",
+            observed.refusals_without_retry_after
+        ));
+    }
+    let p99_ms = ms(observed.refusal_latency_us.value_at_quantile(0.99));
+    if p99_ms >= 1000.0 {
+        failures.push(format!("refusals at admission were slow: p99 {p99_ms} ms"));
+    }
+    if refunded_total != 0 {
+        failures.push(format!(
+            "{refunded_total} cents refunded: an accepted order was not delivered in full"
+        ));
+    }
+    let spread = share_spread(units);
+    if let Some(worst) = spread["worst_deviation"].as_f64()
+        && worst > SHARE_TOLERANCE
+    {
+        failures.push(format!(
+            "unequal shares: a partner's accepted units are {:.0}% from the mean",
+            worst * 100.0
+        ));
+    }
+    (failures, spread)
+}
+
+/// Mean, least, most and the worst relative deviation of accepted units.
+fn share_spread(units: &[u64]) -> Value {
+    if units.is_empty() {
+        return Value::Null;
+    }
+    let mean = units.iter().sum::<u64>() as f64 / units.len() as f64;
+    let least = units.iter().copied().min().unwrap_or(0);
+    let most = units.iter().copied().max().unwrap_or(0);
+    let worst = if mean > 0.0 {
+        ((most as f64 - mean).max(mean - least as f64)) / mean
+    } else {
+        0.0
+    };
+    json!({ "mean_units": round2(mean), "least_units": least, "most_units": most, "worst_deviation": round2(worst) })
 }
 
 fn print_text(report: &Value) {
@@ -712,6 +841,24 @@ fn print_text(report: &Value) {
         l["p50"], l["p90"], l["p99"], l["p99.9"], l["max"]
     );
     println!("responses           {}", report["responses"]);
+    let admission = &report["admission"];
+    if admission["refusals"].as_u64().unwrap_or(0) > 0 {
+        let l = &admission["refusal_latency_ms"];
+        println!(
+            "refused at admission {} (p50 {} ms, p99 {} ms, {} without Retry-After)",
+            admission["refusals"], l["p50"], l["p99"], admission["refusals_without_retry_after"]
+        );
+    }
+    let shares = &report["invariants"]["shares"];
+    if !shares.is_null() {
+        println!(
+            "accepted units      mean {} per partner, least {}, most {} (worst {}% from the mean)",
+            shares["mean_units"],
+            shares["least_units"],
+            shares["most_units"],
+            (shares["worst_deviation"].as_f64().unwrap_or(0.0) * 100.0).round()
+        );
+    }
     if let Some(by_url) = report["requests_by_url"].as_object()
         && by_url.len() > 1
     {
@@ -751,6 +898,15 @@ mod tests {
         Cli::try_parse_from(std::iter::once("loadtest").chain(argv.iter().copied()))
             .expect("arguments parse")
             .args
+    }
+
+    #[test]
+    fn share_spread_is_the_worst_distance_from_the_mean() {
+        let spread = share_spread(&[8, 10, 12]);
+        assert_eq!(spread["mean_units"], 10.0);
+        assert_eq!(spread["worst_deviation"], 0.2);
+        assert_eq!(share_spread(&[0, 0])["worst_deviation"], 0.0);
+        assert!(share_spread(&[]).is_null());
     }
 
     #[test]

@@ -35,7 +35,7 @@ use crate::{
         partner::Mode,
         time,
     },
-    store::{self, Db},
+    store::{self, Db, orders::Renewal},
 };
 
 /// Messages of the provisioning actor.
@@ -311,9 +311,13 @@ async fn keep_claimed(
             result = &mut pass => return result,
             _ = renewals.tick() => {
                 let until = time::now() + lease;
-                if !store::orders::renew(&args.db, order_id, &args.node_id, until).await? {
-                    tracing::warn!(order_id, node_id = %args.node_id, "claim lost to another node; abandoning this pass");
-                    return Ok(());
+                match store::orders::renew(&args.db, order_id, &args.node_id, until).await? {
+                    // Settled by this very pass, which is returning: let it.
+                    Renewal::Renewed | Renewal::Final => {}
+                    Renewal::Lost => {
+                        tracing::warn!(order_id, node_id = %args.node_id, "claim lost to another node; abandoning this pass");
+                        return Ok(());
+                    }
                 }
             }
         }

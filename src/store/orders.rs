@@ -416,14 +416,13 @@ pub async fn claim<C: ConnectionTrait>(
     Ok(result.rows_affected == 1)
 }
 
-/// Extends `node`'s claim on an order to `until`; false when the node no
-/// longer holds it (another node took it over after it lapsed, or it settled).
+/// Extends `node`'s claim on an order to `until`, or says why it could not.
 pub async fn renew<C: ConnectionTrait>(
     db: &C,
     order_id: &str,
     node: &str,
     until: DateTime<Utc>,
-) -> Result<bool, DbErr> {
+) -> Result<Renewal, DbErr> {
     let result = order::Entity::update_many()
         .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
         .filter(order::Column::Id.eq(order_id))
@@ -431,7 +430,32 @@ pub async fn renew<C: ConnectionTrait>(
         .filter(order::Column::ClaimedBy.eq(node))
         .exec(db)
         .await?;
-    Ok(result.rows_affected == 1)
+    if result.rows_affected == 1 {
+        return Ok(Renewal::Renewed);
+    }
+    // Not renewed: either the order is final already (the pass settled it
+    // a moment ago) or another node holds it.
+    let status: Option<String> = order::Entity::find_by_id(order_id.to_owned())
+        .select_only()
+        .column(order::Column::Status)
+        .into_tuple()
+        .one(db)
+        .await?;
+    Ok(match status {
+        Some(status) if status != rules::PROCESSING => Renewal::Final,
+        _ => Renewal::Lost,
+    })
+}
+
+/// What renewing a claim found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The claim is this node's for another lease.
+    Renewed,
+    /// The order is settled: there is nothing left to hold.
+    Final,
+    /// Another node holds the order now.
+    Lost,
 }
 
 /// Lets go of `node`'s claim after a pass; another node's claim is left alone.

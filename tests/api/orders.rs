@@ -22,7 +22,7 @@ use entities::{esim, float, idempotency_key, ledger_entry, order, order_unit, su
 use esim_reseller::domain::esim::is_valid_iccid;
 use rand::seq::SliceRandom;
 use reqwest::{Method, StatusCode};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
 use serde_json::{Value, json};
 
 use crate::helpers::{
@@ -1418,7 +1418,7 @@ async fn garbage_and_errors_from_the_supplier_are_retried_and_the_order_complete
 
 #[tokio::test]
 async fn a_provisioning_claim_is_held_renewed_and_released_only_by_its_node() {
-    use esim_reseller::store::orders::{claim, release, renew};
+    use esim_reseller::store::orders::{Renewal, claim, release, renew};
     // This node accepts but does not provision, so the order starts unclaimed.
     let app = order_app_with(&[("provisioning.enabled", "false")]).await;
     let (partner_id, secret) = live_partner(&app).await;
@@ -1465,9 +1465,13 @@ async fn a_provisioning_claim_is_held_renewed_and_released_only_by_its_node() {
             .unwrap(),
         "a again: its own"
     );
-    assert!(renew(&app.db, &id, "nd_a", now + lease).await.unwrap());
-    assert!(
-        !renew(&app.db, &id, "nd_b", now + lease).await.unwrap(),
+    assert_eq!(
+        renew(&app.db, &id, "nd_a", now + lease).await.unwrap(),
+        Renewal::Renewed
+    );
+    assert_eq!(
+        renew(&app.db, &id, "nd_b", now + lease).await.unwrap(),
+        Renewal::Lost,
         "b holds nothing"
     );
     release(&app.db, &id, "nd_b").await.unwrap();
@@ -1484,14 +1488,29 @@ async fn a_provisioning_claim_is_held_renewed_and_released_only_by_its_node() {
             .await
             .unwrap()
     );
-    assert!(
-        !renew(&app.db, &id, "nd_a", later + lease).await.unwrap(),
+    assert_eq!(
+        renew(&app.db, &id, "nd_a", later + lease).await.unwrap(),
+        Renewal::Lost,
         "a lost it"
     );
     release(&app.db, &id, "nd_a").await.unwrap();
     assert_eq!(claimed_by(&app, &id).await.as_deref(), Some("nd_b"));
     release(&app.db, &id, "nd_b").await.unwrap();
     assert_eq!(claimed_by(&app, &id).await, None);
+
+    // Settled while a renewal was due: nothing is lost, nothing to hold.
+    let mut settled: order::ActiveModel = order::Entity::find_by_id(id.clone())
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap()
+        .into();
+    settled.status = Set("completed".into());
+    settled.update(&app.db).await.unwrap();
+    assert_eq!(
+        renew(&app.db, &id, "nd_b", later + lease).await.unwrap(),
+        Renewal::Final
+    );
 }
 
 // -------------------------------------------------------------- scoping
