@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Admission under a burst: one `serve` with the supplier simulator at its
+# documented limit (8 requests per second, 30 profiles per order), then
+# `loadtest --admission`: 100 partners order as fast as 64 connections allow
+# for DURATION seconds (default 30), several times what the supplier can
+# deliver. The verdict requires refusals at admission with Retry-After and at
+# once, every accepted order delivered in full, equal shares (±20%), and the
+# usual money invariants (README "Admission"; docs/benchmarks.md).
+#
+#   scripts/admission_loadtest.sh target/debug/esim-reseller [DATABASE_URL]
+#
+# Without DATABASE_URL a fresh SQLite file in a temporary folder is used.
+set -euo pipefail
+
+bin="${1:?usage: scripts/admission_loadtest.sh <path to esim-reseller> [database url]}"
+work="$(mktemp -d "${TMPDIR:-/tmp}/esim-admission.XXXXXX")"
+database_url="${2:-sqlite://$work/admission.db?mode=rwc}"
+duration="${DURATION:-30}"
+public=127.0.0.1:18780 operator=127.0.0.1:18781
+
+ESIM__DATABASE__URL="$database_url" \
+ESIM__HTTP__PUBLIC_ADDR=$public ESIM__HTTP__OPERATOR_ADDR=$operator \
+ESIM__SIMULATORS__ADDR=127.0.0.1:18790 ESIM__LOG__LEVEL=warn \
+ESIM__RATE_LIMIT__BANDS__GOLD__WRITE__LIMIT=100000000 ESIM__RATE_LIMIT__BANDS__GOLD__READ__LIMIT=100000000 \
+  "$bin" serve > "$work/serve.log" 2>&1 &
+server=$!
+stop() { kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null || true; }
+trap stop EXIT
+
+for _ in $(seq 1 150); do
+  curl -sf "http://$public/partner/v1/health" >/dev/null && break
+  kill -0 "$server" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
+  sleep 0.2
+done
+
+status=0
+"$bin" loadtest --public-url "http://$public" --operator-url "http://$operator" \
+  --partners 100 --duration "$duration" --concurrency 64 --admission || status=$?
+curl -sf "http://$operator/operator/v1/admission" -H "Authorization: Bearer dev-operator-token-change-me" \
+  | head -c 400 || true
+echo
+stop
+trap - EXIT
+if [ "$status" -ne 0 ]; then
+  echo "admission load test FAILED; server log in $work/serve.log" >&2
+  exit "$status"
+fi
+rm -rf "$work"
