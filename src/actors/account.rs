@@ -185,7 +185,9 @@ impl AccountState {
                         retry_after_seconds,
                     }),
                     _,
-                ) => admission.refused(&self.args.partner_id, *busy, *retry_after_seconds),
+                ) => {
+                    admission.refused(&self.args.partner_id, *busy, *retry_after_seconds);
+                }
                 _ => {}
             }
         }

@@ -169,8 +169,9 @@ impl Admission {
     }
 
     /// A live order of `partner_id` was refused for `busy`: counted, and
-    /// logged once per partner and reason every ten seconds.
-    pub fn refused(&self, partner_id: &str, busy: Busy, retry_after_seconds: u32) {
+    /// logged once per partner and reason every ten seconds. Returns whether
+    /// this refusal was the one logged.
+    pub fn refused(&self, partner_id: &str, busy: Busy, retry_after_seconds: u32) -> bool {
         crate::metrics::admission_refused(busy.as_str());
         let mut state = self.lock();
         *state.refusals.entry(busy).or_default() += 1;
@@ -179,18 +180,20 @@ impl Admission {
             .logged
             .get(&key)
             .is_none_or(|at| at.elapsed() >= LOG_EVERY);
-        if due {
-            state.logged.insert(key, Instant::now());
-            let refused = state.refusals.get(&busy).copied().unwrap_or(0);
-            drop(state);
-            tracing::info!(
-                partner_id,
-                reason = busy.as_str(),
-                retry_after_seconds,
-                refused_on_this_node = refused,
-                "orders refused at admission: the supplier cannot deliver more in time (logged once per 10 s)"
-            );
+        if !due {
+            return false;
         }
+        state.logged.insert(key, Instant::now());
+        let refused = state.refusals.get(&busy).copied().unwrap_or(0);
+        drop(state);
+        tracing::info!(
+            partner_id,
+            reason = busy.as_str(),
+            retry_after_seconds,
+            refused_on_this_node = refused,
+            "orders refused at admission: the supplier cannot deliver more in time (logged once per 10 s)"
+        );
+        true
     }
 
     /// Reads the backlog from the database and learns from the supplier's
@@ -369,4 +372,70 @@ pub struct PartnerShare {
     pub backlog_units: u64,
     /// Units this partner may hold while the others ask too.
     pub share_units: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admission(calls_per_second: u32) -> (Admission, Arc<RateGate>) {
+        let gate = Arc::new(RateGate::new(calls_per_second, None));
+        let admission = Admission::new(AdmissionArgs {
+            calls_per_second,
+            batch_size: 30,
+            horizon_seconds: 40,
+            tally: Arc::default(),
+            gate: gate.clone(),
+        });
+        (admission, gate)
+    }
+
+    #[test]
+    fn it_starts_at_one_unit_per_call_and_shares_the_room() {
+        let (admission, _) = admission(8);
+        // 8 calls/s × 1 unit per call × 40 s.
+        assert_eq!(admission.allowance("pt_a").units_left(), Some(320));
+        admission.admitted("pt_a", 300);
+        // pt_b asks: two partners share 320 units; pt_a holds 300 already.
+        assert_eq!(admission.allowance("pt_b").units_left(), Some(20));
+        assert_eq!(admission.allowance("pt_a").units_left(), Some(0));
+        let view = admission.view();
+        assert_eq!(view.room_units, 320);
+        assert_eq!(view.backlog_units, 300);
+        assert_eq!(view.active_partners, 2);
+    }
+
+    #[test]
+    fn no_supplier_limit_means_no_admission() {
+        let (admission, _) = admission(0);
+        assert!(!admission.is_on());
+        assert_eq!(admission.allowance("pt_a").units_left(), None);
+    }
+
+    #[test]
+    fn a_slow_down_answer_halves_the_capacity() {
+        let (admission, gate) = admission(8);
+        gate.slow_down(Duration::from_millis(1));
+        admission.learn();
+        assert_eq!(admission.view().room_units, 160);
+        assert!(admission.view().slowed_down);
+    }
+
+    #[test]
+    fn refusals_are_counted_each_time_and_logged_once_per_window() {
+        let (admission, _) = admission(8);
+        assert!(admission.refused("pt_a", Busy::FairShare, 3));
+        assert!(!admission.refused("pt_a", Busy::FairShare, 3));
+        assert!(
+            admission.refused("pt_a", Busy::Capacity, 3),
+            "another reason"
+        );
+        assert!(
+            admission.refused("pt_b", Busy::FairShare, 3),
+            "another partner"
+        );
+        let view = admission.view();
+        assert_eq!(view.refusals.get("fair_share"), Some(&3));
+        assert_eq!(view.refusals.get("capacity"), Some(&1));
+    }
 }

@@ -294,7 +294,8 @@ fn error_schema() -> Schema {
         .additional_properties(Some(AdditionalProperties::FreeForm(true)))
         .description(Some(
             "Extra fields may appear: `details` (validation), `balance_cents` and `required_cents` \
-(402), `mode`, `rate_class` and `retry_after_seconds` (429 window limit), `retryable` (503).",
+(402), `mode`, `rate_class` and `retry_after_seconds` (429 window limit), `retry_after_seconds` \
+(502 at order acceptance: the supplier is at capacity), `retryable` (503).",
         ));
     ObjectBuilder::new()
         .property("error", inner)
