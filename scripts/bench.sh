@@ -3,6 +3,10 @@
 # then the service and the load generator on the same host, for SQLite and
 # (when it answers) PostgreSQL, batch versus per-request commits, one hot
 # partner and many partners, and read throughput. Prints one JSON line per run.
+#
+#   scripts/bench.sh            everything below
+#   scripts/bench.sh orders     wrk and the naive loop side by side, per database
+#   scripts/bench.sh profile    the same wrk load under perf: where the time goes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/esim-bench}"
@@ -84,7 +88,32 @@ orders_side_by_side() {
     if [[ "$naive" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_naive-$tag\" WITH (FORCE)" >/dev/null; fi
   done
 }
+# A profile of the server under the same wrk load (perf, call graphs):
+# the share of samples per thread kind and the top symbols, per database.
+profile_orders() {
+  command -v perf >/dev/null || { echo "perf is not installed" >&2; return 1; }
+  for database in "${databases[@]}"; do
+    local tag="prof-$RANDOM" url kind
+    url="${database/DB/$tag}"; kind="${url%%:*}"
+    if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi
+    start_server "$url" batch ESIM__PROVISIONING__CONCURRENCY=100000
+    local key; key=$(funded_key)
+    perf record -F 499 -g -p "$server" -o "$work/perf-$kind.data" -- sleep "$DURATION" 2>/dev/null &
+    local recorder=$!
+    API_KEY="$key" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1
+    wait "$recorder" || true
+    stop_server
+    if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_$tag\" WITH (FORCE)" >/dev/null; fi
+    echo "== $kind: samples by thread"
+    perf report -i "$work/perf-$kind.data" --no-children --sort comm --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -8 || true
+    echo "== $kind: samples by shared object"
+    perf report -i "$work/perf-$kind.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -8 || true
+    echo "== $kind: top symbols"
+    perf report -i "$work/perf-$kind.data" --no-children --sort sym --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -25 || true
+  done
+}
 if [ "${1:-all}" = orders ]; then orders_side_by_side; exit 0; fi
+if [ "${1:-all}" = profile ]; then profile_orders; exit 0; fi
 orders_side_by_side
 
 for database in "${databases[@]}"; do

@@ -1,7 +1,8 @@
 //! Admission: live orders beyond what the supplier can deliver in time are
 //! refused at once with 502 `supplier_error` and `Retry-After`, uncharged and
 //! with the key left usable; the room is shared equally among the partners
-//! asking; sandbox orders are not limited; operators see it all.
+//! asking; every node counts the backlog of the others; sandbox orders are
+//! not limited; operators see it all.
 //!
 //! The supplier here takes 2 calls per second and admission starts from one
 //! unit per call, so with a 3-second horizon the backlog may hold 6 units.
@@ -12,25 +13,27 @@ use futures::future::join_all;
 use reqwest::{Method, StatusCode, header};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, eventually, fund, read, spawn_app_with};
+use crate::helpers::{TestApp, eventually, fund, read, spawn_app_with, spawn_node};
 
 const PLAN: &str = "pl_fr_1gb_7d";
 const ROOM: usize = 6;
 
+/// A supplier of 2 calls per second; admission reads the backlog every 100 ms.
+const SLOW_SUPPLIER: &[(&str, &str)] = &[
+    ("supplier.requests_per_second", "2"),
+    ("simulators.supplier_rate_limit", "2"),
+    ("simulators.supplier_latency_ms", "0"),
+    ("supplier.batch_size", "4"),
+    ("supplier.poll_interval_ms", "100"),
+    ("admission.horizon_seconds", "3"),
+    ("admission.refresh_ms", "100"),
+    ("rate_limit.bands.gold.write.limit", "100000"),
+    ("rate_limit.bands.gold.read.limit", "100000"),
+    ("rate_limit.bands.sandbox.write.limit", "100000"),
+];
+
 async fn slow_supplier() -> TestApp {
-    spawn_app_with(&[
-        ("supplier.requests_per_second", "2"),
-        ("simulators.supplier_rate_limit", "2"),
-        ("simulators.supplier_latency_ms", "0"),
-        ("supplier.batch_size", "4"),
-        ("supplier.poll_interval_ms", "100"),
-        ("admission.horizon_seconds", "3"),
-        ("admission.refresh_ms", "100"),
-        ("rate_limit.bands.gold.write.limit", "100000"),
-        ("rate_limit.bands.gold.read.limit", "100000"),
-        ("rate_limit.bands.sandbox.write.limit", "100000"),
-    ])
-    .await
+    spawn_app_with(SLOW_SUPPLIER).await
 }
 
 /// A funded gold partner with a live and a sandbox key: (id, live, sandbox).
@@ -231,4 +234,27 @@ async fn equal_partners_asking_in_turn_share_the_room() {
             .unwrap_or_else(|| panic!("{id} is listed: {view}"));
         assert_eq!(row["share_units"], (ROOM / 2) as u64, "{view}");
     }
+}
+
+#[tokio::test]
+async fn every_node_counts_the_backlog_of_the_others() {
+    // Node one provisions nothing, so its orders stay in the backlog.
+    let mut overrides: Vec<(&str, &str)> = SLOW_SUPPLIER.to_vec();
+    overrides.push(("provisioning.enabled", "false"));
+    let one = spawn_app_with(&overrides).await;
+    let two = spawn_node(&one.database_url, &overrides).await;
+    let (_, secret, _) = gold_partner(&one).await;
+    let keys: Vec<String> = (0..ROOM).map(|n| format!("admission-node-one-{n:04}")).collect();
+    for (status, _, body) in join_all(keys.iter().map(|key| order(&one, &secret, key))).await {
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    // Node two reads the backlog from the database: the room is full there too.
+    eventually("node two sees node one's backlog", Duration::from_secs(10), || async {
+        let (_, view) = read(two.operator(Method::GET, "/admission").send().await.unwrap()).await;
+        (view["backlog_units"] == ROOM as u64).then_some(())
+    })
+    .await;
+    let (status, retry_after, body) = order(&two, &secret, "admission-node-two-0001").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    assert!(retry_after.is_some(), "{body}");
 }
