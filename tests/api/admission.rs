@@ -244,15 +244,27 @@ async fn every_node_counts_the_backlog_of_the_others() {
     let one = spawn_app_with(&overrides).await;
     let two = spawn_node(&one.database_url, &overrides).await;
     let (_, secret, _) = gold_partner(&one).await;
-    let keys: Vec<String> = (0..ROOM).map(|n| format!("admission-node-one-{n:04}")).collect();
+    let keys: Vec<String> = (0..ROOM)
+        .map(|n| format!("admission-node-one-{n:04}"))
+        .collect();
     for (status, _, body) in join_all(keys.iter().map(|key| order(&one, &secret, key))).await {
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     }
     // Node two reads the backlog from the database: the room is full there too.
-    eventually("node two sees node one's backlog", Duration::from_secs(10), || async {
-        let (_, view) = read(two.operator(Method::GET, "/admission").send().await.unwrap()).await;
-        (view["backlog_units"] == ROOM as u64).then_some(())
-    })
+    eventually(
+        "node two sees node one's backlog",
+        Duration::from_secs(10),
+        || async {
+            let (_, view) = read(
+                two.operator(Method::GET, "/admission")
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await;
+            (view["backlog_units"] == ROOM as u64).then_some(())
+        },
+    )
     .await;
     let (status, retry_after, body) = order(&two, &secret, "admission-node-two-0001").await;
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
