@@ -3,22 +3,22 @@
 //! until a shutdown signal, then drains in-flight requests and closes the pool.
 
 use std::{
-    collections::BTreeMap,
     future::Future,
     net::SocketAddr,
-    ops::Deref,
     sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::Context;
-use axum::{Router, extract::DefaultBodyLimit, middleware, routing::get};
-use secrecy::SecretString;
+use axum::{
+    Router,
+    extract::{DefaultBodyLimit, State},
+    middleware,
+    routing::get,
+};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::{catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer};
-
-use ipnet::IpNet;
 
 use ractor::{Actor, ActorRef};
 use secrecy::ExposeSecret;
@@ -35,11 +35,11 @@ use crate::{
     },
     auth::KeyDirectory,
     catalogue::{self, Catalogue},
-    config::{SANDBOX_BAND, Settings, TierSettings},
+    config::{SANDBOX_BAND, Settings},
     deposits::Deposits,
     docs,
     domain::cursor::CursorCodec,
-    domain::rate::{Band, Window},
+    domain::rate::Window,
     http::server::{ConnectionLimits, serve},
     http::{
         self,
@@ -54,9 +54,9 @@ use crate::{
         payments::PaymentsSim,
         supplier::{Faults, SupplierSim},
     },
+    state::{AppState, Shared, Suppliers},
     store::{self, Db},
     supplier::{
-        Supplier,
         esim_access::EsimAccessClient,
         gate::RateGate,
         metered::{Metered, Tally},
@@ -64,82 +64,15 @@ use crate::{
     },
 };
 
-/// State shared by every handler.
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-/// What [`AppState`] holds.
-pub struct Shared {
-    /// The database pool.
-    pub db: Db,
-    /// Health reports the database down past this.
-    pub probe_timeout: Duration,
-    /// When this process started serving.
-    pub started_at: Instant,
-    /// Commercial tiers by name.
-    pub tiers: BTreeMap<String, TierSettings>,
-    /// What a new partner's sandbox float starts with.
-    pub sandbox_initial_float_cents: i64,
-    /// Bearer token of the operator API.
-    pub operator_token: SecretString,
-    /// Base of `doc_url`.
-    pub docs_base: Arc<str>,
-    /// Cached key lookups.
-    pub keys: Arc<KeyDirectory>,
-    /// Rate-limit and failed-authentication counters.
-    pub limiter: Limiter,
-    /// Peers whose `X-Forwarded-For` is believed.
-    pub trusted_proxies: Vec<IpNet>,
-    /// Rate-limit bands by name.
-    pub bands: BTreeMap<String, Band>,
-    /// Used if a tier names a band that vanished (validation prevents it).
-    pub fallback_band: Band,
-    /// The failed-authentication budget per source address.
-    pub failed_auth: Window,
-    /// The plan catalogue, in memory.
-    pub catalogue: Catalogue,
-    /// Signs and verifies pagination cursors.
-    pub cursors: CursorCodec,
-    /// The account actors.
-    pub accounts: Accounts,
-    /// Suppliers of live and sandbox orders.
-    pub suppliers: Suppliers,
-    /// Whether the operator may inject actor failures.
-    pub fault_injection: bool,
-    /// Crypto deposits.
-    pub deposits: Deposits,
-    /// When this node provisions: how long a freshly accepted order is
-    /// claimed for it (the order is inserted claimed, saving a write).
-    pub provisioning_lease: Option<chrono::Duration>,
-    /// This process's id (`nd_...`): it names the provisioning claims it holds.
-    pub node_id: Arc<str>,
-    /// Supplier orders of this node; the supplier's webhook wakes them.
-    pub supplier_orders: SupplierOrders,
-    /// Admission of live orders within the supplier's capacity (`None`: off).
-    pub admission: Option<Arc<Admission>>,
-}
-
-/// The supplier of each mode.
-#[derive(Clone)]
-pub struct Suppliers {
-    pub live: Arc<dyn Supplier>,
-    pub sandbox: Arc<dyn Supplier>,
-}
-
-impl Deref for AppState {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
-
 /// A built, bound, not yet running service.
 pub struct Application {
     state: AppState,
     catalogue_refresh: Duration,
     /// How often admission reads the backlog.
     admission_refresh: Duration,
+    /// How often deposits are reconciled with the provider (nodes that
+    /// provision, as the order reconciler).
+    deposit_reconcile: Option<Duration>,
     body_limit: usize,
     operator_body_limit: usize,
     connection_limits: ConnectionLimits,
@@ -306,7 +239,6 @@ impl Application {
                 interval: Duration::from_secs(settings.reconciler.interval_seconds),
                 grace: Duration::from_secs(settings.reconciler.grace_seconds),
                 liveness: settings.node.liveness_timeout(),
-                deposits: Some(deposits.clone()),
             };
             let (services, _) = Actor::spawn(
                 None,
@@ -328,7 +260,7 @@ impl Application {
         let fallback_band = *bands
             .get(SANDBOX_BAND)
             .context("the sandbox band is configured")?;
-        let state = AppState(Arc::new(Shared {
+        let state = AppState::new(Shared {
             keys: Arc::new(KeyDirectory::new(
                 db.clone(),
                 Duration::from_secs(settings.auth.key_cache_seconds),
@@ -361,11 +293,15 @@ impl Application {
             sandbox_initial_float_cents: settings.sandbox.initial_float_cents,
             operator_token: settings.operator.token,
             docs_base,
-        }));
+        });
         Ok(Self {
             state,
             catalogue_refresh,
             admission_refresh: Duration::from_millis(settings.admission.refresh_ms),
+            deposit_reconcile: settings
+                .provisioning
+                .enabled
+                .then(|| Duration::from_secs(settings.reconciler.interval_seconds)),
             body_limit: settings.http.body_limit_bytes,
             operator_body_limit: settings.http.operator_body_limit_bytes,
             connection_limits: ConnectionLimits {
@@ -434,7 +370,7 @@ impl Application {
             .nest("/docs", docs::routes())
             .nest("/callbacks", http::callback_routes())
             .with_state(self.state.clone());
-        let mut metrics = Router::new().route("/metrics", get(crate::metrics::render));
+        let mut metrics = Router::new().route("/metrics", get(render_metrics));
         if self.metrics_require_token {
             metrics = metrics.route_layer(middleware::from_fn_with_state(
                 self.state.clone(),
@@ -482,6 +418,13 @@ impl Application {
                 stop.clone(),
             ))
         });
+        let deposit_reconciler = self.deposit_reconcile.map(|every| {
+            tokio::spawn(crate::deposits::reconcile_until_stopped(
+                self.state.deposits.clone(),
+                every,
+                stop.clone(),
+            ))
+        });
         let heartbeat = tokio::spawn(beat_until_stopped(
             self.state.clone(),
             self.heartbeat,
@@ -512,7 +455,10 @@ impl Application {
         stop.cancel();
         let _ = refresher.await;
         let _ = heartbeat.await;
-        for task in [follower, admission].into_iter().flatten() {
+        for task in [follower, admission, deposit_reconciler]
+            .into_iter()
+            .flatten()
+        {
             let _ = task.await;
         }
         // Orderly, each step bounded: every account actor commits what is
@@ -553,6 +499,22 @@ impl Application {
         tracing::info!("stopped");
         served.map(|_| ())
     }
+}
+
+/// `GET /metrics` on the operator listener: the gauges read from their
+/// sources at scrape time, then every series.
+async fn render_metrics(State(state): State<AppState>) -> axum::response::Response {
+    let load = state.accounts.load();
+    crate::metrics::render(crate::metrics::ScrapeGauges {
+        accounts_live: load.live,
+        accounts_queued: load.queued,
+        accounts_max_queued: load.max_queued,
+        provisioning_running: state
+            .accounts
+            .provisioning()
+            .is_some_and(ProvisioningHandle::is_running),
+        pool: store::pool_use(&state.db),
+    })
 }
 
 /// Outside development, refuses to start while any public development

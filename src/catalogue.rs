@@ -24,8 +24,8 @@ use crate::{
         partner::Mode,
         pricing::{self, Rate, Unavailable, UnitPrice},
         time,
+        validation::Violations,
     },
-    http::error::Violations,
     store::{self, Db},
 };
 
@@ -574,7 +574,7 @@ pub async fn seed_if_empty(db: &Db) -> anyhow::Result<()> {
         .map(|(i, p)| plan_row(p, &format!("plans[{i}]."), &known, now, &mut v))
         .collect();
     if let Err(err) = v.into_result() {
-        anyhow::bail!("the seed catalogue is invalid: {}", err.extras["details"]);
+        anyhow::bail!("the seed catalogue is invalid: {err}");
     }
     let (destination_count, plan_count) = (destinations.len(), plans.len());
     let txn = store::begin_write(db).await?;

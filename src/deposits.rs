@@ -326,6 +326,25 @@ impl Deposits {
     }
 }
 
+/// Reconciles deposits every `every` until `stop`: lapses invoices past
+/// their time and asks the provider about a pending invoice whose callback
+/// has been quiet for two passes (a lost webhook is found this way).
+pub async fn reconcile_until_stopped(
+    deposits: Deposits,
+    every: std::time::Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let quiet_for = chrono::Duration::from_std(every * 2).unwrap_or_default();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => deposits.reconcile(quiet_for).await,
+        }
+    }
+}
+
 /// What a webhook says about itself; none of it is trusted beyond finding the deposit.
 struct WebhookHint {
     /// `originalDeliveryId` if present (redeliveries), else `deliveryId`.

@@ -9,8 +9,8 @@ use axum::{Router, response::Html, routing::get};
 use serde_json::Value;
 
 use crate::{
-    app::AppState,
     http::{error::ErrorCode, openapi},
+    state::AppState,
 };
 
 /// Routes under `/docs`.

@@ -66,6 +66,7 @@ pub mod metrics;
 pub mod operator;
 pub mod payments;
 pub mod simulators;
+pub mod state;
 pub mod store;
 pub mod supplier;
 pub mod telemetry;

@@ -31,12 +31,7 @@ use chrono::{DateTime, Utc};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::{
-    actors::provisioning::ProvisioningHandle,
-    app::AppState,
-    store::{self, orders::Settled},
-    supplier::SupplierError,
-};
+use crate::store::{PoolUse, orders::Settled};
 
 /// HTTP requests answered: `listener`, `route`, `method`, `status`.
 pub const HTTP_REQUESTS: &str = "esim_http_requests_total";
@@ -285,19 +280,30 @@ pub fn method_label(method: &Method) -> &'static str {
     }
 }
 
-/// `GET /metrics`: the scrape-time gauges, then every series as Prometheus text.
-pub async fn render(State(state): State<AppState>) -> Response {
+/// What `/metrics` reads from its sources when scraped.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScrapeGauges {
+    /// Account actors running, messages waiting at them, the most at one.
+    pub accounts_live: usize,
+    pub accounts_queued: usize,
+    pub accounts_max_queued: usize,
+    /// Whether the provisioning actor runs on this node.
+    pub provisioning_running: bool,
+    /// The database pool, when the driver reports it.
+    pub pool: Option<PoolUse>,
+}
+
+/// The body of `GET /metrics`: the scrape-time gauges, then every series as
+/// Prometheus text. The route lives with the application, which knows
+/// where each gauge comes from.
+pub fn render(gauges: ScrapeGauges) -> Response {
     let handle = install();
-    let accounts = state.accounts.load();
-    gauge!(ACTORS_LIVE, "kind" => "account").set(accounts.live as f64);
-    gauge!(ACTOR_MAILBOX_MESSAGES, "kind" => "account").set(accounts.queued as f64);
-    gauge!(ACTOR_MAILBOX_MAX, "kind" => "account").set(accounts.max_queued as f64);
-    let provisioning = state
-        .accounts
-        .provisioning()
-        .is_some_and(ProvisioningHandle::is_running);
-    gauge!(ACTORS_LIVE, "kind" => "provisioning").set(f64::from(u8::from(provisioning)));
-    if let Some(pool) = store::pool_use(&state.db) {
+    gauge!(ACTORS_LIVE, "kind" => "account").set(gauges.accounts_live as f64);
+    gauge!(ACTOR_MAILBOX_MESSAGES, "kind" => "account").set(gauges.accounts_queued as f64);
+    gauge!(ACTOR_MAILBOX_MAX, "kind" => "account").set(gauges.accounts_max_queued as f64);
+    gauge!(ACTORS_LIVE, "kind" => "provisioning")
+        .set(f64::from(u8::from(gauges.provisioning_running)));
+    if let Some(pool) = gauges.pool {
         gauge!(DB_POOL_CONNECTIONS, "state" => "idle").set(pool.idle as f64);
         gauge!(DB_POOL_CONNECTIONS, "state" => "in_use").set(pool.in_use() as f64);
         gauge!(DB_POOL_MAX).set(f64::from(pool.max));
@@ -372,16 +378,6 @@ pub fn supplier_order_opened(mode: &'static str, units: usize) {
     histogram!(SUPPLIER_ORDER_UNITS, "mode" => mode).record(units as f64);
 }
 
-/// The outcome label of a supplier call: `ok`, `refused` or `transient`
-/// (a query for a profile still being allocated is `pending`, decided by the caller).
-pub fn supplier_outcome<T>(result: &Result<T, SupplierError>) -> &'static str {
-    match result {
-        Ok(_) => "ok",
-        Err(SupplierError::Refused(_)) => "refused",
-        Err(SupplierError::Transient(_)) => "transient",
-    }
-}
-
 /// A deposit moved from one status to another (`none`: it was just created).
 pub fn deposit_transition(from: &str, to: &str) {
     counter!(DEPOSIT_TRANSITIONS, "from" => from.to_owned(), "to" => to.to_owned()).increment(1);
@@ -427,16 +423,6 @@ mod tests {
         let to = from + chrono::Duration::milliseconds(1500);
         assert_eq!(seconds_between(from, to), 1.5);
         assert_eq!(seconds_between(to, from), 0.0);
-    }
-
-    #[test]
-    fn supplier_outcomes() {
-        let placed: Result<String, SupplierError> = Ok("B1".into());
-        assert_eq!(supplier_outcome(&placed), "ok");
-        let refused: Result<String, SupplierError> = Err(SupplierError::Refused("no".into()));
-        assert_eq!(supplier_outcome(&refused), "refused");
-        let down: Result<String, SupplierError> = Err(SupplierError::Transient("503".into()));
-        assert_eq!(supplier_outcome(&down), "transient");
     }
 
     #[test]

@@ -29,8 +29,6 @@ pub struct ReconcilerArgs {
     pub grace: Duration,
     /// A node quiet for this long is taken for dead: its claims are free.
     pub liveness: Duration,
-    /// Crypto deposits to lapse and to ask the provider about.
-    pub deposits: Option<crate::deposits::Deposits>,
 }
 
 pub struct ReconcilerActor;
@@ -95,11 +93,6 @@ impl Actor for ReconcilerActor {
                 }
             }
             Err(err) => tracing::warn!(error = %err, "reconciler pass failed"),
-        }
-        if let Some(deposits) = &args.deposits {
-            // Ask about a pending invoice when its callback has been quiet for two passes.
-            let quiet_for = chrono::Duration::from_std(args.interval * 2).unwrap_or_default();
-            deposits.reconcile(quiet_for).await;
         }
         Ok(())
     }

@@ -15,3 +15,4 @@ pub mod partner;
 pub mod pricing;
 pub mod rate;
 pub mod time;
+pub mod validation;

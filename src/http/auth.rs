@@ -20,7 +20,6 @@ use axum::{
 };
 
 use crate::{
-    app::AppState,
     auth::KeyRecord,
     config::SANDBOX_BAND,
     domain::{
@@ -33,6 +32,7 @@ use crate::{
     },
     http::error::{ApiError, ErrorCode},
     limits::unix_now_millis,
+    state::AppState,
 };
 
 /// The authenticated caller, for handlers (a request extension).

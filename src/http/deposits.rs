@@ -8,7 +8,7 @@ use axum::{
     http::{HeaderMap, StatusCode},
 };
 use chrono::{DateTime, Utc};
-use entities::deposit;
+use entities::{deposit, ledger_entry};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -20,9 +20,8 @@ use super::{
     pagination::{self, ListEnvelope},
 };
 use crate::{
-    app::AppState,
     domain::{ids::check_id, partner::Mode},
-    operator::money::LedgerEntryView,
+    state::AppState,
     store::{
         self,
         deposits::{LedgerQuery, STATUSES},
@@ -335,4 +334,36 @@ pub async fn btcpay_callback(
     let signature = headers.get("btcpay-sig").and_then(|v| v.to_str().ok());
     state.deposits.on_callback(&body, signature).await?;
     Ok(Json(json!({ "received": true })))
+}
+
+/// The Ledger entry resource.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct LedgerEntryView {
+    pub object: &'static str,
+    pub id: String,
+    pub seq: i64,
+    pub kind: String,
+    pub amount_cents: i64,
+    pub balance_after_cents: i64,
+    pub description: String,
+    pub order_id: Option<String>,
+    pub deposit_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl LedgerEntryView {
+    pub fn new(row: ledger_entry::Model) -> Self {
+        Self {
+            object: "ledger_entry",
+            id: row.id,
+            seq: row.seq,
+            kind: row.kind,
+            amount_cents: row.amount_cents,
+            balance_after_cents: row.balance_after_cents,
+            description: row.description,
+            order_id: row.order_id,
+            deposit_id: row.deposit_id,
+            created_at: row.created_at,
+        }
+    }
 }

@@ -204,47 +204,12 @@ impl fmt::Display for ErrorCode {
     }
 }
 
-/// One failed validation rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// The offending parameter or field, when there is one.
-    pub param: Option<String>,
-    /// What is wrong with it.
-    pub message: String,
-}
+pub use crate::domain::validation::{Invalid, Violation, Violations};
 
-/// Collects every validation failure of a request before answering, so the
-/// client learns all of them at once (`error.details`).
-#[derive(Debug, Default)]
-pub struct Violations(Vec<Violation>);
-
-impl Violations {
-    /// Records a failure of `param`.
-    pub fn add(&mut self, param: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Violation {
-            param: Some(param.into()),
-            message: message.into(),
-        });
-    }
-
-    /// Records a failure when `failed` holds.
-    pub fn check(&mut self, failed: bool, param: &str, message: impl Into<String>) {
-        if failed {
-            self.add(param, message);
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// `Ok` when nothing failed, else the 400 carrying every failure.
-    pub fn into_result(self) -> Result<(), ApiError> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::validation(self.0))
-        }
+/// Every validation failure of a request: one 400 naming each.
+impl From<Invalid> for ApiError {
+    fn from(invalid: Invalid) -> Self {
+        ApiError::validation(invalid.0)
     }
 }
 

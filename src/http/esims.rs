@@ -17,8 +17,8 @@ use super::{
     pagination::{self, ListEnvelope},
 };
 use crate::{
-    app::AppState,
     domain::{esim as rules, ids::OrderId, partner::Mode},
+    state::AppState,
     store::{self, esims::EsimQuery},
 };
 

@@ -7,7 +7,7 @@ use super::{
     envelope::FinalBody,
     extract::{NoQuery, StrictQuery},
 };
-use crate::{app::AppState, store};
+use crate::{state::AppState, store};
 
 /// The health body.
 #[derive(Debug, Serialize, utoipa::ToSchema)]

@@ -10,7 +10,7 @@ use super::{
     error::ApiError,
     extract::{NoQuery, StrictQuery},
 };
-use crate::{app::AppState, store};
+use crate::{state::AppState, store};
 
 /// The Partner resource.
 #[derive(Debug, Serialize, utoipa::ToSchema)]

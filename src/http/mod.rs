@@ -21,7 +21,7 @@ use axum::{
     routing::{get, post},
 };
 
-use crate::{app::AppState, domain::rate::RateClass};
+use crate::{domain::rate::RateClass, state::AppState};
 
 /// The providers' callbacks (`/callbacks/...`), not partner routes: BTCPay
 /// Server's webhooks, authenticated by their signature, and eSIM Access's

@@ -28,7 +28,6 @@ use super::{
 };
 use crate::{
     actors::account::{Decision, PlaceOrder},
-    app::AppState,
     catalogue::{Snapshot, Standing},
     domain::{
         idempotency::{MAX_KEY_LEN, MIN_KEY_LEN, fingerprint},
@@ -38,6 +37,7 @@ use crate::{
         pricing::{self, Unavailable, discount_from_prices},
         time,
     },
+    state::AppState,
     store::{self, orders::OrderQuery},
 };
 

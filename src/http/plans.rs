@@ -17,12 +17,12 @@ use super::{
     pagination::{self, ListEnvelope},
 };
 use crate::{
-    app::AppState,
     catalogue::{DestinationView, Keyset, PlanFilter, Snapshot, Standing},
     domain::{
         ids::check_id,
         pricing::{self, Rate, UnitPrice},
     },
+    state::AppState,
     store,
 };
 

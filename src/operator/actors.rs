@@ -7,8 +7,8 @@ use axum::{
 use serde_json::{Value, json};
 
 use crate::{
-    app::AppState,
     http::error::{ApiError, ErrorCode},
+    state::AppState,
 };
 
 /// The live actors: kind, partner, mailbox length, restarts, start time.

@@ -12,13 +12,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{
-    app::AppState,
     catalogue::{DestinationInput, PlanInput, destination_row, plan_row},
     domain::time,
     http::{
         error::{ApiError, ErrorCode, Violations},
         extract::{StrictJson, StrictJsonArray},
     },
+    state::AppState,
     store,
 };
 

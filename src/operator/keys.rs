@@ -15,7 +15,6 @@ use super::{
     views::OperatorKey,
 };
 use crate::{
-    app::AppState,
     domain::{
         api_key,
         ids::KeyId,
@@ -26,6 +25,7 @@ use crate::{
         error::{ApiError, ErrorCode, Violations},
         extract::StrictJson,
     },
+    state::AppState,
     store::{self, changes::Change, keys::NewKey},
 };
 

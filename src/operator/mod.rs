@@ -24,8 +24,8 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::{
-    app::AppState,
     http::error::{ApiError, ErrorCode},
+    state::AppState,
 };
 
 /// Routes under `/operator/v1`, all behind the operator token.

@@ -12,51 +12,17 @@ use axum::{
     extract::{Path, State},
     http::StatusCode,
 };
-use chrono::{DateTime, Utc};
-use entities::ledger_entry;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::partners::{parse_partner_id, partner_not_found};
 use crate::{
     actors::account::Movement,
-    app::AppState,
     http::error::{ApiError, Violations},
-    http::extract::StrictJson,
+    http::{deposits::LedgerEntryView, extract::StrictJson},
+    state::AppState,
     store,
 };
-
-/// The Ledger entry resource.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct LedgerEntryView {
-    pub object: &'static str,
-    pub id: String,
-    pub seq: i64,
-    pub kind: String,
-    pub amount_cents: i64,
-    pub balance_after_cents: i64,
-    pub description: String,
-    pub order_id: Option<String>,
-    pub deposit_id: Option<String>,
-    pub created_at: DateTime<Utc>,
-}
-
-impl LedgerEntryView {
-    pub fn new(row: ledger_entry::Model) -> Self {
-        Self {
-            object: "ledger_entry",
-            id: row.id,
-            seq: row.seq,
-            kind: row.kind,
-            amount_cents: row.amount_cents,
-            balance_after_cents: row.balance_after_cents,
-            description: row.description,
-            order_id: row.order_id,
-            deposit_id: row.deposit_id,
-            created_at: row.created_at,
-        }
-    }
-}
 
 /// Body of `POST /partners/{id}/movements`.
 #[derive(Debug, Deserialize)]

@@ -9,7 +9,6 @@ use serde::Deserialize;
 
 use super::{double_option, views::OperatorPartner};
 use crate::{
-    app::AppState,
     domain::{
         ids::PartnerId,
         partner::{Status, is_valid_slug, slugify},
@@ -19,6 +18,7 @@ use crate::{
         error::{ApiError, ErrorCode, Violations},
         extract::StrictJson,
     },
+    state::AppState,
     store::{
         self,
         changes::Change,

@@ -15,7 +15,17 @@ use std::{
 use async_trait::async_trait;
 
 use super::{Allocation, Supplier, SupplierError, Usage};
-use crate::metrics::{supplier_call, supplier_outcome};
+use crate::metrics::supplier_call;
+
+/// The outcome label of a supplier call: `ok`, `refused` or `transient`
+/// (a query for a profile still being allocated is `pending`, decided by the caller).
+pub fn supplier_outcome<T>(result: &Result<T, SupplierError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(SupplierError::Refused(_)) => "refused",
+        Err(SupplierError::Transient(_)) => "transient",
+    }
+}
 
 /// Calls made to a supplier and units it accepted, since start.
 #[derive(Debug, Default)]
@@ -99,5 +109,20 @@ impl Supplier for Metered {
         supplier_call("usage", supplier_outcome(&result), started.elapsed());
         self.tally.call();
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn supplier_outcomes() {
+        let placed: Result<String, SupplierError> = Ok("B1".into());
+        assert_eq!(supplier_outcome(&placed), "ok");
+        let refused: Result<String, SupplierError> = Err(SupplierError::Refused("no".into()));
+        assert_eq!(supplier_outcome(&refused), "refused");
+        let down: Result<String, SupplierError> = Err(SupplierError::Transient("503".into()));
+        assert_eq!(supplier_outcome(&down), "transient");
     }
 }
