@@ -22,16 +22,46 @@ use entities::deposit;
 use serde_json::Value;
 
 use crate::{
-    actors::accounts::Accounts,
+    actors::{account::AccountError, accounts::Accounts},
     domain::deposit::{self as rules, DepositStatus, ReviewReason, Step},
     domain::{ids::DepositId, partner::Status, time},
-    http::error::{ApiError, ErrorCode},
     payments::{PaymentError, PaymentProvider, btcpay},
     store::{
         self, Db,
         deposits::{CANCELLED, PENDING, REFUNDED},
     },
 };
+
+/// Why a deposit operation did not go through. The edges turn it into the
+/// spec's error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DepositError {
+    /// The payment provider could not open or read the invoice; nothing
+    /// was stored or charged.
+    #[error("the payment provider is unavailable")]
+    Unavailable {
+        /// Whether the provider said trying again may work.
+        retryable: bool,
+    },
+    /// A callback whose signature does not verify.
+    #[error("the callback signature does not verify")]
+    BadSignature,
+    /// A callback whose body is not JSON.
+    #[error("the callback body is not JSON")]
+    NotJson,
+    /// The account actor failed to credit.
+    #[error(transparent)]
+    Account(#[from] AccountError),
+    /// The database failed, or a stored deposit cannot be read.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<sea_orm::DbErr> for DepositError {
+    fn from(err: sea_orm::DbErr) -> Self {
+        Self::Internal(format!("database: {err}"))
+    }
+}
 
 /// The deposit service.
 #[derive(Clone)]
@@ -66,7 +96,7 @@ impl Deposits {
         &self,
         partner_id: &str,
         amount_cents: i64,
-    ) -> Result<deposit::Model, ApiError> {
+    ) -> Result<deposit::Model, DepositError> {
         let provider = self
             .provider
             .as_ref()
@@ -101,7 +131,11 @@ impl Deposits {
 
     /// Handles a provider webhook: verify the signature over the raw body
     /// first, then bring the deposit in line with the provider.
-    pub async fn on_callback(&self, body: &[u8], signature: Option<&str>) -> Result<(), ApiError> {
+    pub async fn on_callback(
+        &self,
+        body: &[u8],
+        signature: Option<&str>,
+    ) -> Result<(), DepositError> {
         use secrecy::ExposeSecret;
         if !btcpay::verify(self.webhook_secret.expose_secret(), body, signature) {
             tracing::warn!(
@@ -109,11 +143,9 @@ impl Deposits {
                 signed = signature.is_some(),
                 "payment callback with a missing or wrong signature ignored"
             );
-            return Err(ApiError::new(ErrorCode::AuthInvalidKey)
-                .with_message("The callback signature does not verify."));
+            return Err(DepositError::BadSignature);
         }
-        let event: Value = serde_json::from_slice(body)
-            .map_err(|_| ApiError::invalid_request("The callback body is not JSON."))?;
+        let event: Value = serde_json::from_slice(body).map_err(|_| DepositError::NotJson)?;
         let hint = WebhookHint::read(&event);
         if let Some(delivery) = &hint.delivery_key
             && store::deposits::delivery_seen(&self.db, delivery).await?
@@ -155,7 +187,7 @@ impl Deposits {
         &self,
         hint: &WebhookHint,
         event: &Value,
-    ) -> Result<Option<deposit::Model>, ApiError> {
+    ) -> Result<Option<deposit::Model>, DepositError> {
         if let Some(deposit) = store::deposits::by_invoice(&self.db, &hint.invoice_id).await? {
             return Ok(Some(deposit));
         }
@@ -173,7 +205,7 @@ impl Deposits {
         &self,
         deposit: &deposit::Model,
         pull_payment_id: &str,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), DepositError> {
         let Some(provider) = &self.provider else {
             return Ok(());
         };
@@ -194,7 +226,7 @@ impl Deposits {
     }
 
     /// Asks the provider about a deposit and applies what it says.
-    pub async fn sync(&self, deposit: deposit::Model) -> Result<(), ApiError> {
+    pub async fn sync(&self, deposit: deposit::Model) -> Result<(), DepositError> {
         let (Some(provider), Some(invoice_id)) =
             (&self.provider, deposit.provider_invoice_id.clone())
         else {
@@ -224,7 +256,7 @@ impl Deposits {
         deposit: &deposit::Model,
         step: Step,
         detail: &str,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), DepositError> {
         let now = time::now();
         let db = &self.db;
         match step {
@@ -263,7 +295,11 @@ impl Deposits {
         Ok(())
     }
 
-    async fn cancel(&self, deposit: &deposit::Model, now: DateTime<Utc>) -> Result<(), ApiError> {
+    async fn cancel(
+        &self,
+        deposit: &deposit::Model,
+        now: DateTime<Utc>,
+    ) -> Result<(), DepositError> {
         if store::deposits::transition(&self.db, &deposit.id, &[PENDING], CANCELLED, now).await? {
             tracing::info!(deposit_id = %deposit.id, "deposit invoice lapsed");
             crate::metrics::deposit_transition(PENDING, CANCELLED);
@@ -281,7 +317,7 @@ impl Deposits {
         cents: i64,
         detail: &str,
         now: DateTime<Utc>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), DepositError> {
         if self.account_closed(&deposit.partner_id).await? {
             // Touched so the reconciler moves on to other quiet deposits.
             store::deposits::touch(&self.db, &deposit.id, now).await?;
@@ -302,7 +338,7 @@ impl Deposits {
         Ok(())
     }
 
-    async fn account_closed(&self, partner_id: &str) -> Result<bool, ApiError> {
+    async fn account_closed(&self, partner_id: &str) -> Result<bool, DepositError> {
         let partner = store::partners::find(&self.db, partner_id).await?;
         Ok(partner.is_some_and(|p| Status::parse(&p.status) == Some(Status::Closed)))
     }
@@ -368,23 +404,24 @@ impl WebhookHint {
     }
 }
 
-fn deposit_status(deposit: &deposit::Model) -> Result<DepositStatus, ApiError> {
+fn deposit_status(deposit: &deposit::Model) -> Result<DepositStatus, DepositError> {
     DepositStatus::parse(&deposit.status).ok_or_else(|| {
-        ApiError::internal(format!(
+        DepositError::Internal(format!(
             "deposit {} has an unknown status {}",
             deposit.id, deposit.status
         ))
     })
 }
 
-fn unavailable(error: &PaymentError) -> ApiError {
+fn unavailable(error: &PaymentError) -> DepositError {
     tracing::warn!(error = %error, "payment provider unavailable");
-    let refusal = ApiError::new(ErrorCode::ServiceUnavailable)
-        .with_message("The invoice could not be opened; nothing was charged.");
-    match error {
-        PaymentError::Refused {
-            retryable: true, ..
-        } => refusal.with_extra("retryable", true),
-        _ => refusal,
+    DepositError::Unavailable {
+        retryable: matches!(
+            error,
+            PaymentError::Refused {
+                retryable: true,
+                ..
+            }
+        ),
     }
 }

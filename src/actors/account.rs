@@ -31,7 +31,6 @@ use crate::{
         partner::Mode,
         time,
     },
-    http::error::{ApiError, ErrorCode},
     store::{
         self, Db,
         orders::{AcceptError, NewOrder, RefusalRow},
@@ -79,10 +78,46 @@ pub enum Decision {
     ReplayedRefusal(Refusal),
 }
 
+/// Why an account actor could not do what it was asked. The edges turn it
+/// into the spec's error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AccountError {
+    /// Nothing was written, or the outcome is unknown (the database failed,
+    /// the actor did not answer): retrying with the same key is safe.
+    #[error("{0}")]
+    Internal(String),
+    /// The account changed under the request, or a value must be unique.
+    #[error("{message}")]
+    Conflict {
+        message: String,
+        /// The field at fault, when there is one.
+        param: Option<&'static str>,
+    },
+    /// The account refused (a movement the float cannot pay).
+    #[error("refused: {0:?}")]
+    Refused(Refusal),
+}
+
+impl AccountError {
+    /// An internal failure described by `cause`.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        Self::Internal(cause.to_string())
+    }
+}
+
+impl From<sea_orm::DbErr> for AccountError {
+    fn from(err: sea_orm::DbErr) -> Self {
+        Self::Internal(format!("database: {err}"))
+    }
+}
+
 /// Messages of the account actor.
 pub enum AccountMsg {
     /// Decide an order (with the next flush).
-    PlaceOrder(Box<PlaceOrder>, RpcReplyPort<Result<Decision, ApiError>>),
+    PlaceOrder(
+        Box<PlaceOrder>,
+        RpcReplyPort<Result<Decision, AccountError>>,
+    ),
     /// Return the money of undelivered units of an order.
     Refund {
         order_id: String,
@@ -93,14 +128,18 @@ pub enum AccountMsg {
     /// An operator's movement on the live float: one ledger row.
     Movement(
         Movement,
-        RpcReplyPort<Result<ledger_entry::Model, ApiError>>,
+        RpcReplyPort<Result<ledger_entry::Model, AccountError>>,
     ),
     /// Sets the sandbox float (play money, no ledger row).
-    SetSandboxFloat(i64, RpcReplyPort<Result<(), ApiError>>),
+    SetSandboxFloat(i64, RpcReplyPort<Result<(), AccountError>>),
     /// Credit a confirmed crypto deposit with what arrived (once).
-    CreditDeposit(String, i64, RpcReplyPort<Result<bool, ApiError>>),
+    CreditDeposit(String, i64, RpcReplyPort<Result<bool, AccountError>>),
     /// Record an operator's wire deposit, already credited.
-    WireDeposit(i64, String, RpcReplyPort<Result<deposit::Model, ApiError>>),
+    WireDeposit(
+        i64,
+        String,
+        RpcReplyPort<Result<deposit::Model, AccountError>>,
+    ),
     /// Decide and persist every order request queued so far.
     Flush,
     /// The balances as this actor holds them: (live, sandbox).
@@ -110,7 +149,10 @@ pub enum AccountMsg {
 }
 
 /// An order request waiting for the next flush.
-type Pending = (Box<PlaceOrder>, RpcReplyPort<Result<Decision, ApiError>>);
+type Pending = (
+    Box<PlaceOrder>,
+    RpcReplyPort<Result<Decision, AccountError>>,
+);
 
 /// An operator's money movement.
 #[derive(Debug, Clone)]
@@ -318,7 +360,7 @@ async fn handle_message(
             if matches!(result, Ok(true)) {
                 state.floats.sandbox = cents;
             }
-            let _ = reply.send(result.map(|_| ()).map_err(ApiError::from));
+            let _ = reply.send(result.map(|_| ()).map_err(AccountError::from));
         }
         AccountMsg::CreditDeposit(deposit_id, amount, reply) => {
             let _ = reply.send(credit_deposit(state, &deposit_id, amount).await);
@@ -338,11 +380,13 @@ async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
     }
     let (requests, replies): (Vec<PlaceOrder>, Vec<_>) =
         batch.into_iter().map(|(r, reply)| (*r, reply)).unzip();
-    let answers: Vec<Result<Decision, ApiError>> = match decide_and_commit(state, &requests).await {
+    let answers: Vec<Result<Decision, AccountError>> = match decide_and_commit(state, &requests)
+        .await
+    {
         Ok(decisions) => decisions.into_iter().map(Ok).collect(),
         Err(err) => {
-            if err.code == ErrorCode::InternalError {
-                tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %err.message, "order batch not committed; every request in it is answered 500 (retry with the same key is safe)");
+            if let AccountError::Internal(why) = &err {
+                tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %why, "order batch not committed; every request in it is answered 500 (retry with the same key is safe)");
             }
             (0..requests.len()).map(|_| Err(err.clone())).collect()
         }
@@ -361,7 +405,7 @@ async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
 async fn decide_and_commit(
     state: &mut AccountState,
     requests: &[PlaceOrder],
-) -> Result<Vec<Decision>, ApiError> {
+) -> Result<Vec<Decision>, AccountError> {
     for _ in 0..GUARD_RETRIES {
         match try_batch(state, requests).await {
             Ok(decisions) => return Ok(decisions),
@@ -379,8 +423,10 @@ async fn decide_and_commit(
             }
         }
     }
-    Err(ApiError::new(ErrorCode::Conflict)
-        .with_message("The account changed under this request; retry with the same key."))
+    Err(AccountError::Conflict {
+        message: "The account changed under this request; retry with the same key.".into(),
+        param: None,
+    })
 }
 
 /// Drops what memory holds of a batch's keys (the database knows better).
@@ -395,12 +441,12 @@ enum Attempt {
     /// A guard fired: decide again after reloading.
     Guard(&'static str),
     /// The database refused or is down.
-    Failed(ApiError),
+    Failed(AccountError),
 }
 
 impl From<sea_orm::DbErr> for Attempt {
     fn from(err: sea_orm::DbErr) -> Self {
-        Attempt::Failed(ApiError::from(err))
+        Attempt::Failed(AccountError::from(err))
     }
 }
 
@@ -512,7 +558,11 @@ async fn answers(
         decisions.push(match outcome {
             Outcome::Accept => match &request.ask {
                 Ok(order) => Decision::Accepted(order.clone()),
-                Err(_) => return Err(Attempt::Failed(ApiError::internal("accepted a refusal"))),
+                Err(_) => {
+                    return Err(Attempt::Failed(AccountError::internal(
+                        "accepted a refusal",
+                    )));
+                }
             },
             Outcome::Refuse(refusal) => Decision::Refused(refusal),
             Outcome::Replay(Bound::Refusal(refusal)) => Decision::ReplayedRefusal(refusal),
@@ -520,7 +570,7 @@ async fn answers(
                 let order = match accepted_here.get(id.as_str()) {
                     Some(order) => (*order).clone(),
                     None => read_back.get(&id).cloned().ok_or_else(|| {
-                        Attempt::Failed(ApiError::internal("a bound order is missing"))
+                        Attempt::Failed(AccountError::internal("a bound order is missing"))
                     })?,
                 };
                 Decision::Replayed(order)
@@ -544,7 +594,7 @@ async fn commit_alone(
 }
 
 /// Counts an accepted order and hands it to provisioning.
-fn announce(state: &AccountState, decision: &Result<Decision, ApiError>) {
+fn announce(state: &AccountState, decision: &Result<Decision, AccountError>) {
     let Ok(Decision::Accepted(order)) = decision else {
         return;
     };
@@ -590,7 +640,7 @@ async fn refund(
 async fn apply_movement(
     state: &mut AccountState,
     movement: Movement,
-) -> Result<ledger_entry::Model, ApiError> {
+) -> Result<ledger_entry::Model, AccountError> {
     let db = state.args.db.clone();
     let now = time::now();
     let txn = store::begin_write(&db).await?;
@@ -606,7 +656,7 @@ async fn apply_movement(
     let Some((balance_after, Some(seq))) = moved else {
         drop(txn);
         state.reload_balances().await?;
-        return Err(ApiError::from(Refusal::Insufficient {
+        return Err(AccountError::Refused(Refusal::Insufficient {
             mode: Mode::Live,
             balance_cents: state.floats.live,
             required_cents: -movement.amount_cents,
@@ -639,7 +689,7 @@ async fn credit_deposit(
     state: &mut AccountState,
     deposit_id: &str,
     amount: i64,
-) -> Result<bool, ApiError> {
+) -> Result<bool, AccountError> {
     let db = state.args.db.clone();
     let Some(deposit) = store::deposits::get(&db, deposit_id).await? else {
         return Ok(false);
@@ -656,7 +706,7 @@ async fn credit_deposit(
         }
         Ok(None) => Ok(false),
         Err(err) if store::is_unique_violation(&err) => Ok(false),
-        Err(err) => Err(ApiError::from(err)),
+        Err(err) => Err(AccountError::from(err)),
     }
 }
 
@@ -665,7 +715,7 @@ async fn wire_deposit(
     state: &mut AccountState,
     amount: i64,
     reference: &str,
-) -> Result<deposit::Model, ApiError> {
+) -> Result<deposit::Model, AccountError> {
     let db = state.args.db.clone();
     let txn = store::begin_write(&db).await?;
     match store::deposits::record_wire(&txn, &state.args.partner_id, amount, reference, time::now())
@@ -678,10 +728,11 @@ async fn wire_deposit(
             crate::metrics::deposit_transition("none", store::deposits::CREDITED);
             Ok(deposit)
         }
-        Err(err) if store::is_unique_violation(&err) => Err(ApiError::new(ErrorCode::Conflict)
-            .with_message("A deposit with this reference exists for this partner.")
-            .with_param("reference")),
-        Err(err) => Err(ApiError::from(err)),
+        Err(err) if store::is_unique_violation(&err) => Err(AccountError::Conflict {
+            message: "A deposit with this reference exists for this partner.".into(),
+            param: Some("reference"),
+        }),
+        Err(err) => Err(AccountError::from(err)),
     }
 }
 
@@ -761,7 +812,7 @@ mod tests {
     async fn send_batch(
         actor: &ActorRef<AccountMsg>,
         requests: Vec<PlaceOrder>,
-    ) -> Vec<Result<Decision, ApiError>> {
+    ) -> Vec<Result<Decision, AccountError>> {
         let calls = requests.into_iter().map(|r| {
             let actor = actor.clone();
             async move {
@@ -863,7 +914,7 @@ mod tests {
 
         for decision in &decisions {
             assert!(
-                matches!(decision, Err(e) if e.code == ErrorCode::InternalError),
+                matches!(decision, Err(AccountError::Internal(_))),
                 "{decision:?}"
             );
         }

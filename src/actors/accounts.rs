@@ -18,13 +18,14 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, rpc
 use serde::Serialize;
 
 use super::{
-    account::{AccountActor, AccountArgs, AccountMsg, Decision, Movement, PlaceOrder},
+    account::{
+        AccountActor, AccountArgs, AccountError, AccountMsg, Decision, Movement, PlaceOrder,
+    },
     log_lifecycle,
     provisioning::ProvisioningHandle,
 };
 use crate::{
     domain::{order::FailureCode, time},
-    http::error::ApiError,
     limits::unix_now_millis,
     store::Db,
 };
@@ -157,7 +158,7 @@ impl Accounts {
         &self,
         partner_id: &str,
         build: impl FnOnce(ractor::RpcReplyPort<T>) -> AccountMsg,
-    ) -> Result<T, ApiError> {
+    ) -> Result<T, AccountError> {
         let (actor, queued, _) = self.actor_for(partner_id).await?;
         queued.fetch_add(1, Ordering::Relaxed);
         let answer = actor.call(build, Some(CALL_TIMEOUT)).await;
@@ -166,7 +167,7 @@ impl Accounts {
             Ok(CallResult::Success(value)) => Ok(value),
             _ => {
                 self.forget(partner_id, &actor);
-                Err(ApiError::internal(format_args!(
+                Err(AccountError::internal(format_args!(
                     "account actor of {partner_id} did not answer"
                 )))
             }
@@ -178,7 +179,7 @@ impl Accounts {
         &self,
         partner_id: &str,
         request: PlaceOrder,
-    ) -> Result<Decision, ApiError> {
+    ) -> Result<Decision, AccountError> {
         let request = Box::new(request);
         self.ask(partner_id, |reply| AccountMsg::PlaceOrder(request, reply))
             .await?
@@ -200,7 +201,7 @@ impl Accounts {
             reply,
         })
         .await
-        .map_err(|e| e.message.clone())?
+        .map_err(|e| e.to_string())?
     }
 
     /// Asks the partner's actor to move money on the live float.
@@ -208,7 +209,7 @@ impl Accounts {
         &self,
         partner_id: &str,
         movement: Movement,
-    ) -> Result<ledger_entry::Model, ApiError> {
+    ) -> Result<ledger_entry::Model, AccountError> {
         self.ask(partner_id, |reply| AccountMsg::Movement(movement, reply))
             .await?
     }
@@ -219,7 +220,7 @@ impl Accounts {
         partner_id: &str,
         deposit_id: &str,
         amount_cents: i64,
-    ) -> Result<bool, ApiError> {
+    ) -> Result<bool, AccountError> {
         let deposit_id = deposit_id.to_owned();
         self.ask(partner_id, |reply| {
             AccountMsg::CreditDeposit(deposit_id, amount_cents, reply)
@@ -233,7 +234,7 @@ impl Accounts {
         partner_id: &str,
         amount_cents: i64,
         reference: &str,
-    ) -> Result<entities::deposit::Model, ApiError> {
+    ) -> Result<entities::deposit::Model, AccountError> {
         let reference = reference.to_owned();
         self.ask(partner_id, |reply| {
             AccountMsg::WireDeposit(amount_cents, reference, reply)
@@ -242,7 +243,11 @@ impl Accounts {
     }
 
     /// Asks the partner's actor to set the sandbox float.
-    pub async fn set_sandbox_float(&self, partner_id: &str, cents: i64) -> Result<(), ApiError> {
+    pub async fn set_sandbox_float(
+        &self,
+        partner_id: &str,
+        cents: i64,
+    ) -> Result<(), AccountError> {
         self.ask(partner_id, |reply| {
             AccountMsg::SetSandboxFloat(cents, reply)
         })
@@ -250,11 +255,11 @@ impl Accounts {
     }
 
     /// Fault injection: makes the partner's actor fail.
-    pub async fn fail(&self, partner_id: &str) -> Result<(), ApiError> {
+    pub async fn fail(&self, partner_id: &str) -> Result<(), AccountError> {
         let (actor, _, _) = self.actor_for(partner_id).await?;
         actor
             .cast(AccountMsg::Fail)
-            .map_err(|_| ApiError::internal("actor gone"))
+            .map_err(|_| AccountError::internal("actor gone"))
     }
 
     /// Live actors, for operators.
@@ -319,7 +324,7 @@ impl Accounts {
     async fn actor_for(
         &self,
         partner_id: &str,
-    ) -> Result<(ActorRef<AccountMsg>, Arc<AtomicUsize>, Arc<AtomicI64>), ApiError> {
+    ) -> Result<(ActorRef<AccountMsg>, Arc<AtomicUsize>, Arc<AtomicI64>), AccountError> {
         if let Some(found) = self.lookup(partner_id) {
             return Ok(found);
         }
@@ -330,9 +335,10 @@ impl Accounts {
         };
         drop(starting);
         forget_starting(&self.0, partner_id);
-        spawned.map_err(|e| ApiError::internal(format_args!("spawning the account actor: {e}")))?;
+        spawned
+            .map_err(|e| AccountError::internal(format_args!("spawning the account actor: {e}")))?;
         self.lookup(partner_id)
-            .ok_or_else(|| ApiError::internal("account actor vanished at start"))
+            .ok_or_else(|| AccountError::internal("account actor vanished at start"))
     }
 
     fn lookup(

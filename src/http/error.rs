@@ -473,6 +473,47 @@ impl From<Refusal> for ApiError {
     }
 }
 
+/// An account actor's failure, as the spec's error.
+impl From<crate::actors::account::AccountError> for ApiError {
+    fn from(err: crate::actors::account::AccountError) -> Self {
+        use crate::actors::account::AccountError;
+        match err {
+            AccountError::Internal(cause) => ApiError::internal(cause),
+            AccountError::Conflict { message, param } => {
+                let conflict = ApiError::new(ErrorCode::Conflict).with_message(message);
+                match param {
+                    Some(param) => conflict.with_param(param),
+                    None => conflict,
+                }
+            }
+            AccountError::Refused(refusal) => ApiError::from(refusal),
+        }
+    }
+}
+
+/// A deposit operation's failure, as the spec's error.
+impl From<crate::deposits::DepositError> for ApiError {
+    fn from(err: crate::deposits::DepositError) -> Self {
+        use crate::deposits::DepositError;
+        match err {
+            DepositError::Unavailable { retryable } => {
+                let refusal = ApiError::new(ErrorCode::ServiceUnavailable)
+                    .with_message("The invoice could not be opened; nothing was charged.");
+                if retryable {
+                    refusal.with_extra("retryable", true)
+                } else {
+                    refusal
+                }
+            }
+            DepositError::BadSignature => ApiError::new(ErrorCode::AuthInvalidKey)
+                .with_message("The callback signature does not verify."),
+            DepositError::NotJson => ApiError::invalid_request("The callback body is not JSON."),
+            DepositError::Account(err) => ApiError::from(err),
+            DepositError::Internal(cause) => ApiError::internal(cause),
+        }
+    }
+}
+
 impl From<sea_orm::DbErr> for ApiError {
     fn from(err: sea_orm::DbErr) -> Self {
         ApiError::internal(format_args!("database: {err}"))
