@@ -3,53 +3,72 @@
 //! A prepaid, server-to-server JSON API (`/partner/v1`) through which partners
 //! buy eSIM data plans from a USD float and resell them.
 //!
-//! A tour of the crate, outside in:
+//! ## Layers
 //!
-//! - [`config`]: layered settings (`config/default.toml`, `config/$ESIM_ENV.toml`,
-//!   `ESIM__SECTION__KEY`), checked before anything binds.
-//! - [`app`]: builds the service: database, migrations, listeners, routers,
-//!   graceful shutdown. Tests start the same [`app::Application`] on port 0.
-//! - [`http`]: the partner API. Handlers parse and answer; [`http::error`] is
-//!   the one error type and its stable vocabulary; [`http::envelope`] gives
-//!   every response a request id and every error the spec's envelope;
-//!   [`http::extract`] refuses unknown parameters and fields;
-//!   [`http::openapi`] is the OpenAPI document generated from the handlers;
-//!   [`http::server`] accepts connections with a header-read timeout and a
-//!   request-head limit.
-//! - [`actors`]: ractor actors: an account actor per partner (the only
-//!   writer of its floats, deciding queued orders in groups), their
-//!   supervising directory, the shared commit writer, provisioning with its
-//!   delivery writer, supplier orders (units of many orders gathered into
-//!   one eSIM Access order, written down before the call, woken by the
-//!   supplier's webhook), and the reconciler.
-//! - [`supplier`]: the eSIM supplier trait, the eSIM Access adapter with its
-//!   error classes, the rate gate every live call passes, and the sandbox
-//!   supplier.
-//! - [`payments`]: the payment-provider trait and the BTCPay Greenfield
-//!   adapter with webhook verification; [`deposits`]: reads invoices back
-//!   and applies the deposit state table of [`domain::deposit`].
-//! - [`operator`]: the operator API on its own listener, and the `admin` CLI
-//!   that wraps it.
-//! - [`auth`]: key lookups with a short per-node cache; [`limits`]: the
-//!   fixed-window counters (memory or Redis) behind rate limits and the
-//!   failed-authentication budget.
-//! - [`catalogue`]: the plan catalogue in memory, priced per caller, seeded
-//!   from `config/catalogue.json` on first start.
-//! - [`domain`]: pure rules (ids, key material, account status and gating,
-//!   source addresses, rate windows, pricing, cursors, idempotency
-//!   fingerprints, ICCIDs, order settlement, the deposit state table); no I/O.
-//! - [`store`]: sea-orm persistence; the only module that knows SQL.
-//! - [`simulators`]: copies of eSIM Access and BTCPay Server as their
-//!   documentation and source describe them (shapes, codes, rate limit,
-//!   webhooks), with injectable faults.
-//! - [`docs`]: reference pages (index, API reference rendered from the
-//!   OpenAPI document, errors), so every `doc_url` resolves.
-//! - [`telemetry`]: log output (`pretty` or `json`).
-//! - [`metrics`]: Prometheus metrics at `/metrics` on the operator listener:
-//!   request counts and latencies by route template, orders, provisioning,
-//!   supplier calls, deposits, actors, the database pool, refusals.
-//! - [`loadtest`]: the `loadtest` command that drives a running server and
-//!   checks the money through the API.
+//! Modules depend on each other one way (`scripts/check_layers.py`, run by
+//! CI, fails on a cycle or on an edge imported below the edges):
+//!
+//! ```text
+//! domain (pure rules)  <-  store (SQL)  <-  actors, deposits, catalogue, auth (decisions)
+//!     <-  state (what handlers read)  <-  http, operator (the edges)  <-  app (wiring)
+//! ```
+//!
+//! [`config`], [`metrics`] and [`limits`] are leaves every layer may use;
+//! [`supplier`] and [`payments`] adapt the outside world beside [`store`].
+//!
+//! ## An order, file by file
+//!
+//! 1. `http/auth.rs` authenticates the key ([`auth`] caches lookups; key and
+//!    account changes are announced to every node through
+//!    [`store::changes`]), gates the account and counts the rate window
+//!    ([`limits`]).
+//! 2. `http/orders.rs` parses the body strictly (`http/extract.rs`), prices
+//!    the plan for the caller ([`catalogue`], [`domain::pricing`]) and asks
+//!    the partner's account actor through [`actors::accounts`].
+//! 3. `actors/account.rs` queues the request and, at its next turn, decides
+//!    every queued request together with [`domain::ordering::decide`]:
+//!    idempotency, balance, and admission within the supplier's capacity
+//!    ([`domain::admission`], the node's view in [`actors::admission`]).
+//!    The decided batch is committed in one transaction with a constant
+//!    number of statements (`store/orders.rs`, `store/bulk.rs`; on SQLite
+//!    through the shared commit writer, `actors/writer.rs`) before any
+//!    request is answered; [`http::error`] turns refusals into the spec's
+//!    errors.
+//! 4. `actors/provisioning.rs` claims the accepted order (a lease renewed by
+//!    its holder; `store/nodes.rs` says which nodes are alive), and
+//!    `actors/supplier_orders.rs` gathers units of many orders into one
+//!    supplier order, writes it down, places it through the rate gate
+//!    (`supplier/gate.rs`) and the eSIM Access adapter
+//!    (`supplier/esim_access.rs`), and waits for the profiles (webhook or
+//!    polling). Deliveries are written in batches; undelivered units are
+//!    refunded by the account actor. `actors/reconciler.rs` re-drives what a
+//!    crash left behind.
+//!
+//! ## A deposit, file by file
+//!
+//! 1. `http/deposits.rs` asks [`deposits`] to open a crypto invoice through
+//!    the BTCPay Greenfield adapter (`payments/btcpay.rs`); the deposit is
+//!    stored `pending`.
+//! 2. The provider's webhook reaches [`deposits`] on `/callbacks/btcpay`: the
+//!    signature is verified over the raw body, the invoice is read back, and
+//!    the state table of [`domain::deposit`] decides the next step. A
+//!    credit goes through the partner's account actor (one ledger row, once).
+//! 3. `deposits::reconcile_until_stopped` asks the provider about invoices
+//!    whose webhook went quiet and lapses expired ones.
+//!
+//! ## Around them
+//!
+//! - [`app`] builds and runs the service (listeners, routers, background
+//!   tasks, graceful shutdown); [`state`] is what handlers read.
+//! - [`operator`]: the operator API on its own listener and the `admin` CLI.
+//! - [`simulators`]: copies of eSIM Access and BTCPay Server built from their
+//!   documentation and source, with injectable faults.
+//! - [`docs`]: the reference pages every `doc_url` points into.
+//! - [`telemetry`]: log output; [`metrics`]: Prometheus text at `/metrics`.
+//! - [`loadtest`]: drives a running server and checks the money.
+//!
+//! `docs/architecture.md` draws the actors, their supervision and the data
+//! flow.
 
 pub mod actors;
 pub mod app;

@@ -102,7 +102,10 @@ impl OrderView {
     }
 }
 
-/// Body of `POST /orders`; values are checked by hand so every problem is named.
+// Values are checked by hand rather than by serde so that every problem is
+// named in one 400.
+/// Body of `POST /orders`: the plan, how many eSIMs, and your own metadata.
+/// Every invalid field is named in one `request.invalid` answer.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrderBody {

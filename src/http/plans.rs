@@ -117,8 +117,9 @@ pub fn caller_rate(state: &AppState, caller: &Caller) -> Rate {
     )
 }
 
-/// Query of `GET /plans`; every value is read as text and checked by hand so
-/// that each failure names its parameter.
+// Every value is read as text and checked by hand so that each failure
+// names its parameter.
+/// Query of `GET /plans`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
