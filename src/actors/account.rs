@@ -620,7 +620,7 @@ async fn refund(
     let Some(order) = store::orders::get_order(&db, order_id).await? else {
         return Ok(());
     };
-    let mode = Mode::parse(&order.mode).unwrap_or(Mode::Sandbox);
+    let mode = store::orders::mode_of(&order)?;
     let now = time::now();
     let txn = store::begin_write(&db).await?;
     let refunded = store::orders::refund_units(&txn, &order, unit_ids, failure, now).await?;

@@ -352,7 +352,8 @@ async fn provision_claimed(
     let outcomes = if units.is_empty() {
         Vec::new()
     } else {
-        provision_units(args, &order, units).await
+        let mode = store::orders::mode_of(&order)?;
+        provision_units(args, &order, mode, units).await
     };
     for failure in [FailureCode::SupplierError, FailureCode::InternalError] {
         let unit_ids: Vec<String> = outcomes
@@ -395,9 +396,9 @@ enum UnitOutcome {
 async fn provision_units(
     args: &ProvisioningArgs,
     order: &order::Model,
+    mode: Mode,
     units: Vec<order_unit::Model>,
 ) -> Vec<UnitOutcome> {
-    let mode = Mode::parse(&order.mode).unwrap_or(Mode::Sandbox);
     let mut outcomes = Vec::new();
     let mut carried: Vec<(order_unit::Model, String)> = Vec::new();
     let mut loose: Vec<order_unit::Model> = Vec::new();

@@ -625,7 +625,7 @@ pub async fn refund_units<C: ConnectionTrait>(
         return Ok(None);
     }
     refunded.sort_unstable();
-    let mode = Mode::parse(&order.mode).unwrap_or(Mode::Sandbox);
+    let mode = mode_of(order)?;
     let count = refunded.len() as i64;
     let total = order.unit_price_cents * count;
     let float = move_float(txn, &order.partner_id, mode, total, count, false, now)
@@ -869,4 +869,15 @@ pub async fn live_backlog<C: ConnectionTrait>(db: &C) -> Result<HashMap<String, 
         .into_iter()
         .map(|(partner, units)| (partner, u64::try_from(units.unwrap_or(0)).unwrap_or(0)))
         .collect())
+}
+
+/// The order's mode, read as stored. A value this version does not know is
+/// an error, never a guess: money must not move on the other float.
+pub fn mode_of(order: &order::Model) -> Result<Mode, DbErr> {
+    Mode::parse(&order.mode).ok_or_else(|| {
+        DbErr::Custom(format!(
+            "order {} has an unknown mode {:?}",
+            order.id, order.mode
+        ))
+    })
 }
