@@ -322,3 +322,16 @@ async fn the_admin_cli_creates_shows_updates_partners_and_issues_keys() {
     assert!(!ok, "a 404 exits non-zero");
     assert_eq!(refused["error"]["code"], "not_found");
 }
+
+#[tokio::test]
+async fn the_admin_cli_shows_admission() {
+    let app = spawn_app().await;
+    let (ok, view) = admin(&app, &["admission"]).await;
+    assert!(ok, "{view}");
+    assert_eq!(view["enabled"], true, "{view}");
+    // The shipped limit (8 calls/s), one unit per call until it learns more,
+    // over the 40-second horizon.
+    assert_eq!(view["supplier_calls_per_second"], 8, "{view}");
+    assert_eq!(view["room_units"], 320, "{view}");
+    assert_eq!(view["backlog_units"], 0, "{view}");
+}
