@@ -37,6 +37,12 @@ use crate::{
     },
 };
 
+mod batch;
+mod money;
+
+use batch::flush;
+use money::{apply_movement, credit_deposit, refund, wire_deposit};
+
 /// Keys remembered in memory per account; past it the memory is cleared
 /// (the database still knows them all).
 const REMEMBERED_KEYS: usize = 4096;
@@ -176,7 +182,7 @@ pub struct AccountArgs {
     /// transaction per order).
     pub max_batch: usize,
     /// The shared writer that commits many actors' batches together (SQLite).
-    pub writer: Option<super::writer::CommitWriter>,
+    pub writer: Option<crate::actors::writer::CommitWriter>,
     /// What the supplier can take: live orders beyond it are refused.
     pub admission: Option<Arc<Admission>>,
 }
@@ -271,7 +277,7 @@ impl Actor for AccountActor {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        super::log_lifecycle(
+        crate::actors::log_lifecycle(
             "account",
             Some(&state.args.partner_id),
             "stopped",
@@ -371,369 +377,6 @@ async fn handle_message(
         AccountMsg::Fail => return Err("fault injected by the operator".into()),
     }
     Ok(())
-}
-
-/// Decides and commits one batch, then answers every request in it.
-async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
-    if batch.is_empty() {
-        return;
-    }
-    let (requests, replies): (Vec<PlaceOrder>, Vec<_>) =
-        batch.into_iter().map(|(r, reply)| (*r, reply)).unzip();
-    let answers: Vec<Result<Decision, AccountError>> = match decide_and_commit(state, &requests)
-        .await
-    {
-        Ok(decisions) => decisions.into_iter().map(Ok).collect(),
-        Err(err) => {
-            if let AccountError::Internal(why) = &err {
-                tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %why, "order batch not committed; every request in it is answered 500 (retry with the same key is safe)");
-            }
-            (0..requests.len()).map(|_| Err(err.clone())).collect()
-        }
-    };
-    for (reply, answer) in replies.into_iter().zip(answers) {
-        announce(state, &answer);
-        let _ = reply.send(answer);
-    }
-}
-
-/// Decides a batch against memory and commits it. When a database guard
-/// fires (another node moved the float or bound a key first), memory is
-/// reloaded and the batch decided again, so the loser of a race replays the
-/// winner. When the database is down, the batch fails as a whole and memory
-/// is reloaded so it never drifts from what committed.
-async fn decide_and_commit(
-    state: &mut AccountState,
-    requests: &[PlaceOrder],
-) -> Result<Vec<Decision>, AccountError> {
-    for _ in 0..GUARD_RETRIES {
-        match try_batch(state, requests).await {
-            Ok(decisions) => return Ok(decisions),
-            Err(Attempt::Guard(why)) => {
-                tracing::info!(partner_id = %state.args.partner_id, why, "a guard fired under an order batch; deciding it again");
-                forget(state, requests);
-                state.reload_balances().await?;
-            }
-            Err(Attempt::Failed(err)) => {
-                forget(state, requests);
-                if let Err(reload) = state.reload_balances().await {
-                    tracing::error!(partner_id = %state.args.partner_id, error = %reload, "balances could not be reloaded after a failed commit");
-                }
-                return Err(err);
-            }
-        }
-    }
-    Err(AccountError::Conflict {
-        message: "The account changed under this request; retry with the same key.".into(),
-        param: None,
-    })
-}
-
-/// Drops what memory holds of a batch's keys (the database knows better).
-fn forget(state: &mut AccountState, requests: &[PlaceOrder]) {
-    for request in requests {
-        state.keys.remove(&request.key);
-    }
-}
-
-/// Why one attempt at a batch did not commit.
-enum Attempt {
-    /// A guard fired: decide again after reloading.
-    Guard(&'static str),
-    /// The database refused or is down.
-    Failed(AccountError),
-}
-
-impl From<sea_orm::DbErr> for Attempt {
-    fn from(err: sea_orm::DbErr) -> Self {
-        Attempt::Failed(AccountError::from(err))
-    }
-}
-
-/// One attempt: load the unknown keys, decide, commit, build the answers.
-async fn try_batch(
-    state: &mut AccountState,
-    requests: &[PlaceOrder],
-) -> Result<Vec<Decision>, Attempt> {
-    state.load_bindings(requests).await?;
-    let allowance = state.allowance();
-    let mut decided = ordering::decide(requests, &state.keys, state.floats, allowance);
-    if decided.refused_for_money() {
-        // Another node may have credited a deposit: confirm before binding keys.
-        let before = state.floats;
-        state.reload_balances().await?;
-        if state.floats != before {
-            decided = ordering::decide(requests, &state.keys, state.floats, allowance);
-        }
-    }
-    let job = job_of(state, requests, &decided.outcomes);
-    if !job.accepted.is_empty() || !job.refusals.is_empty() {
-        let committed = match &state.args.writer {
-            Some(writer) => writer.submit(job).await,
-            None => commit_alone(&state.args.db, job).await,
-        };
-        let (live, sandbox) = committed.map_err(|e| match e {
-            AcceptError::Insufficient => Attempt::Guard("the float moved under the batch"),
-            AcceptError::Db(err) if store::is_unique_violation(&err) => {
-                Attempt::Guard("another node bound a key of the batch")
-            }
-            AcceptError::Db(err) => Attempt::from(err),
-        })?;
-        state.floats.live = live.unwrap_or(state.floats.live);
-        state.floats.sandbox = sandbox.unwrap_or(state.floats.sandbox);
-    }
-    state.report_admission(requests, &decided.outcomes);
-    let bindings: Vec<(String, Binding)> = decided
-        .new_bindings(requests)
-        .map(|(key, binding)| (key.to_owned(), binding))
-        .collect();
-    for (key, binding) in bindings {
-        state.remember(&key, binding);
-    }
-    answers(state, requests, decided.outcomes).await
-}
-
-/// The rows a decided batch writes.
-fn job_of(
-    state: &AccountState,
-    requests: &[PlaceOrder],
-    outcomes: &[Outcome],
-) -> super::writer::Job {
-    let mut accepted = Vec::new();
-    let mut refusals = Vec::new();
-    for (request, outcome) in requests.iter().zip(outcomes) {
-        match (outcome, &request.ask) {
-            (Outcome::Accept, Ok(order)) => accepted.push(NewOrder {
-                order: order.clone(),
-                fingerprint: request.fingerprint.clone(),
-            }),
-            (Outcome::Refuse(refusal), _) if refusal.binds() => refusals.push(RefusalRow {
-                key: request.key.clone(),
-                mode: request.mode,
-                fingerprint: request.fingerprint.clone(),
-                refusal: refusal.clone(),
-            }),
-            _ => {}
-        }
-    }
-    super::writer::Job {
-        partner_id: state.args.partner_id.clone(),
-        accepted,
-        refusals,
-        now: time::now(),
-    }
-}
-
-/// Turns committed outcomes into answers; replayed orders are read back in
-/// one query, as they are now.
-async fn answers(
-    state: &AccountState,
-    requests: &[PlaceOrder],
-    outcomes: Vec<Outcome>,
-) -> Result<Vec<Decision>, Attempt> {
-    let accepted_here: HashMap<&str, &order::Model> = requests
-        .iter()
-        .zip(&outcomes)
-        .filter(|(_, o)| matches!(o, Outcome::Accept))
-        .filter_map(|(r, _)| r.ask.as_ref().ok())
-        .map(|o| (o.id.as_str(), o))
-        .collect();
-    let earlier: Vec<String> = outcomes
-        .iter()
-        .filter_map(|o| match o {
-            Outcome::Replay(Bound::Order(id)) if !accepted_here.contains_key(id.as_str()) => {
-                Some(id.clone())
-            }
-            _ => None,
-        })
-        .collect();
-    let read_back: HashMap<String, order::Model> =
-        store::orders::get_orders(&state.args.db, &earlier)
-            .await?
-            .into_iter()
-            .map(|o| (o.id.clone(), o))
-            .collect();
-    let mut decisions = Vec::with_capacity(outcomes.len());
-    for (request, outcome) in requests.iter().zip(outcomes) {
-        decisions.push(match outcome {
-            Outcome::Accept => match &request.ask {
-                Ok(order) => Decision::Accepted(order.clone()),
-                Err(_) => {
-                    return Err(Attempt::Failed(AccountError::internal(
-                        "accepted a refusal",
-                    )));
-                }
-            },
-            Outcome::Refuse(refusal) => Decision::Refused(refusal),
-            Outcome::Replay(Bound::Refusal(refusal)) => Decision::ReplayedRefusal(refusal),
-            Outcome::Replay(Bound::Order(id)) => {
-                let order = match accepted_here.get(id.as_str()) {
-                    Some(order) => (*order).clone(),
-                    None => read_back.get(&id).cloned().ok_or_else(|| {
-                        Attempt::Failed(AccountError::internal("a bound order is missing"))
-                    })?,
-                };
-                Decision::Replayed(order)
-            }
-        });
-    }
-    Ok(decisions)
-}
-
-/// Commits one batch in its own transaction (no shared writer).
-async fn commit_alone(
-    db: &Db,
-    job: super::writer::Job,
-) -> Result<super::writer::Committed, AcceptError> {
-    let txn = store::begin_write(db).await?;
-    let committed =
-        store::orders::accept_batch(&txn, &job.partner_id, &job.accepted, &job.refusals, job.now)
-            .await?;
-    txn.commit().await?;
-    Ok(committed)
-}
-
-/// Counts an accepted order and hands it to provisioning.
-fn announce(state: &AccountState, decision: &Result<Decision, AccountError>) {
-    let Ok(Decision::Accepted(order)) = decision else {
-        return;
-    };
-    crate::metrics::order_accepted(&order.mode);
-    if let Some(provisioning) = &state.args.provisioning {
-        provisioning.send(ProvisioningMsg::Provision {
-            order_id: order.id.clone(),
-            claimed_until: order.claimed_until,
-            fresh: Some(Box::new(order.clone())),
-        });
-    }
-}
-
-/// Refunds undelivered units and settles the order if nothing is left
-/// pending, all in one transaction.
-async fn refund(
-    state: &mut AccountState,
-    order_id: &str,
-    unit_ids: &[String],
-    failure: FailureCode,
-) -> Result<(), sea_orm::DbErr> {
-    let db = state.args.db.clone();
-    let Some(order) = store::orders::get_order(&db, order_id).await? else {
-        return Ok(());
-    };
-    let mode = store::orders::mode_of(&order)?;
-    let now = time::now();
-    let txn = store::begin_write(&db).await?;
-    let refunded = store::orders::refund_units(&txn, &order, unit_ids, failure, now).await?;
-    let settled = store::orders::finalize(&txn, order_id, now).await?;
-    txn.commit().await?;
-    if let Some(balance_after) = refunded {
-        *state.floats.of_mut(mode) = balance_after;
-        tracing::info!(partner_id = %order.partner_id, order_id, units = unit_ids.len(), failure = failure.as_str(), "units refunded");
-    }
-    if let Some(settled) = settled {
-        crate::metrics::order_settled(&settled, now);
-    }
-    Ok(())
-}
-
-/// Moves money on the live float and writes its ledger row, in one transaction.
-async fn apply_movement(
-    state: &mut AccountState,
-    movement: Movement,
-) -> Result<ledger_entry::Model, AccountError> {
-    let db = state.args.db.clone();
-    let now = time::now();
-    let txn = store::begin_write(&db).await?;
-    let moved = store::orders::move_money_with(
-        &txn,
-        &state.args.partner_id,
-        Mode::Live,
-        movement.amount_cents,
-        movement.allow_overdraft,
-        now,
-    )
-    .await?;
-    let Some((balance_after, Some(seq))) = moved else {
-        drop(txn);
-        state.reload_balances().await?;
-        return Err(AccountError::Refused(Refusal::Insufficient {
-            mode: Mode::Live,
-            balance_cents: state.floats.live,
-            required_cents: -movement.amount_cents,
-        }));
-    };
-    let entry = store::orders::insert_ledger(
-        &txn,
-        store::orders::LedgerRow {
-            partner_id: &state.args.partner_id,
-            seq,
-            kind: &movement.kind,
-            amount_cents: movement.amount_cents,
-            balance_after_cents: balance_after,
-            description: movement.description,
-            order_id: None,
-            deposit_id: None,
-            movement_key: None,
-            now,
-        },
-    )
-    .await?;
-    txn.commit().await?;
-    state.floats.live = balance_after;
-    tracing::info!(partner_id = %state.args.partner_id, kind = %entry.kind, amount_cents = entry.amount_cents, balance_after, "money moved by the operator");
-    Ok(entry)
-}
-
-/// Credits a crypto deposit in one transaction; `false` if it was already credited.
-async fn credit_deposit(
-    state: &mut AccountState,
-    deposit_id: &str,
-    amount: i64,
-) -> Result<bool, AccountError> {
-    let db = state.args.db.clone();
-    let Some(deposit) = store::deposits::get(&db, deposit_id).await? else {
-        return Ok(false);
-    };
-    let txn = store::begin_write(&db).await?;
-    let credited = store::deposits::credit(&txn, &deposit, amount, time::now()).await;
-    match credited {
-        Ok(Some((balance_after, entry))) => {
-            txn.commit().await?;
-            state.floats.live = balance_after;
-            tracing::info!(partner_id = %deposit.partner_id, deposit_id, amount_cents = amount, ledger_entry_id = %entry.id, "deposit credited");
-            crate::metrics::deposit_transition(&deposit.status, store::deposits::CREDITED);
-            Ok(true)
-        }
-        Ok(None) => Ok(false),
-        Err(err) if store::is_unique_violation(&err) => Ok(false),
-        Err(err) => Err(AccountError::from(err)),
-    }
-}
-
-/// Records a wire deposit already credited.
-async fn wire_deposit(
-    state: &mut AccountState,
-    amount: i64,
-    reference: &str,
-) -> Result<deposit::Model, AccountError> {
-    let db = state.args.db.clone();
-    let txn = store::begin_write(&db).await?;
-    match store::deposits::record_wire(&txn, &state.args.partner_id, amount, reference, time::now())
-        .await
-    {
-        Ok((deposit, balance_after)) => {
-            txn.commit().await?;
-            state.floats.live = balance_after;
-            tracing::info!(partner_id = %deposit.partner_id, deposit_id = %deposit.id, amount_cents = amount, "wire deposit recorded");
-            crate::metrics::deposit_transition("none", store::deposits::CREDITED);
-            Ok(deposit)
-        }
-        Err(err) if store::is_unique_violation(&err) => Err(AccountError::Conflict {
-            message: "A deposit with this reference exists for this partner.".into(),
-            param: Some("reference"),
-        }),
-        Err(err) => Err(AccountError::from(err)),
-    }
 }
 
 #[cfg(test)]
@@ -849,7 +492,7 @@ mod tests {
             db: db.clone(),
             provisioning: None,
             max_batch: MAX_BATCH,
-            writer: Some(super::super::writer::CommitWriter::start(db.clone())),
+            writer: Some(crate::actors::writer::CommitWriter::start(db.clone())),
             admission: None,
         };
         let (actor, _) = Actor::spawn(None, AccountActor, args).await.unwrap();
@@ -936,7 +579,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_shared_writer_commits_other_partners_when_one_jobs_guard_fires() {
-        use super::super::writer::{CommitWriter, Job};
+        use crate::actors::writer::{CommitWriter, Job};
         let (_dir, db, poor) = database().await;
         let rich = create(
             &db,

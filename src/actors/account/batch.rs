@@ -1,0 +1,240 @@
+//! Deciding and committing a batch of order requests: one decision over
+//! everything queued, one transaction, then the answers; a fired guard
+//! reloads and decides again.
+
+use super::*;
+
+/// Decides and commits one batch, then answers every request in it.
+pub(super) async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
+    if batch.is_empty() {
+        return;
+    }
+    let (requests, replies): (Vec<PlaceOrder>, Vec<_>) =
+        batch.into_iter().map(|(r, reply)| (*r, reply)).unzip();
+    let answers: Vec<Result<Decision, AccountError>> = match decide_and_commit(state, &requests)
+        .await
+    {
+        Ok(decisions) => decisions.into_iter().map(Ok).collect(),
+        Err(err) => {
+            if let AccountError::Internal(why) = &err {
+                tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %why, "order batch not committed; every request in it is answered 500 (retry with the same key is safe)");
+            }
+            (0..requests.len()).map(|_| Err(err.clone())).collect()
+        }
+    };
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        announce(state, &answer);
+        let _ = reply.send(answer);
+    }
+}
+
+/// Decides a batch against memory and commits it. When a database guard
+/// fires (another node moved the float or bound a key first), memory is
+/// reloaded and the batch decided again, so the loser of a race replays the
+/// winner. When the database is down, the batch fails as a whole and memory
+/// is reloaded so it never drifts from what committed.
+pub(super) async fn decide_and_commit(
+    state: &mut AccountState,
+    requests: &[PlaceOrder],
+) -> Result<Vec<Decision>, AccountError> {
+    for _ in 0..GUARD_RETRIES {
+        match try_batch(state, requests).await {
+            Ok(decisions) => return Ok(decisions),
+            Err(Attempt::Guard(why)) => {
+                tracing::info!(partner_id = %state.args.partner_id, why, "a guard fired under an order batch; deciding it again");
+                forget(state, requests);
+                state.reload_balances().await?;
+            }
+            Err(Attempt::Failed(err)) => {
+                forget(state, requests);
+                if let Err(reload) = state.reload_balances().await {
+                    tracing::error!(partner_id = %state.args.partner_id, error = %reload, "balances could not be reloaded after a failed commit");
+                }
+                return Err(err);
+            }
+        }
+    }
+    Err(AccountError::Conflict {
+        message: "The account changed under this request; retry with the same key.".into(),
+        param: None,
+    })
+}
+
+/// Drops what memory holds of a batch's keys (the database knows better).
+fn forget(state: &mut AccountState, requests: &[PlaceOrder]) {
+    for request in requests {
+        state.keys.remove(&request.key);
+    }
+}
+
+/// Why one attempt at a batch did not commit.
+enum Attempt {
+    /// A guard fired: decide again after reloading.
+    Guard(&'static str),
+    /// The database refused or is down.
+    Failed(AccountError),
+}
+
+impl From<sea_orm::DbErr> for Attempt {
+    fn from(err: sea_orm::DbErr) -> Self {
+        Attempt::Failed(AccountError::from(err))
+    }
+}
+
+/// One attempt: load the unknown keys, decide, commit, build the answers.
+async fn try_batch(
+    state: &mut AccountState,
+    requests: &[PlaceOrder],
+) -> Result<Vec<Decision>, Attempt> {
+    state.load_bindings(requests).await?;
+    let allowance = state.allowance();
+    let mut decided = ordering::decide(requests, &state.keys, state.floats, allowance);
+    if decided.refused_for_money() {
+        // Another node may have credited a deposit: confirm before binding keys.
+        let before = state.floats;
+        state.reload_balances().await?;
+        if state.floats != before {
+            decided = ordering::decide(requests, &state.keys, state.floats, allowance);
+        }
+    }
+    let job = job_of(state, requests, &decided.outcomes);
+    if !job.accepted.is_empty() || !job.refusals.is_empty() {
+        let committed = match &state.args.writer {
+            Some(writer) => writer.submit(job).await,
+            None => commit_alone(&state.args.db, job).await,
+        };
+        let (live, sandbox) = committed.map_err(|e| match e {
+            AcceptError::Insufficient => Attempt::Guard("the float moved under the batch"),
+            AcceptError::Db(err) if store::is_unique_violation(&err) => {
+                Attempt::Guard("another node bound a key of the batch")
+            }
+            AcceptError::Db(err) => Attempt::from(err),
+        })?;
+        state.floats.live = live.unwrap_or(state.floats.live);
+        state.floats.sandbox = sandbox.unwrap_or(state.floats.sandbox);
+    }
+    state.report_admission(requests, &decided.outcomes);
+    let bindings: Vec<(String, Binding)> = decided
+        .new_bindings(requests)
+        .map(|(key, binding)| (key.to_owned(), binding))
+        .collect();
+    for (key, binding) in bindings {
+        state.remember(&key, binding);
+    }
+    answers(state, requests, decided.outcomes).await
+}
+
+/// The rows a decided batch writes.
+fn job_of(
+    state: &AccountState,
+    requests: &[PlaceOrder],
+    outcomes: &[Outcome],
+) -> crate::actors::writer::Job {
+    let mut accepted = Vec::new();
+    let mut refusals = Vec::new();
+    for (request, outcome) in requests.iter().zip(outcomes) {
+        match (outcome, &request.ask) {
+            (Outcome::Accept, Ok(order)) => accepted.push(NewOrder {
+                order: order.clone(),
+                fingerprint: request.fingerprint.clone(),
+            }),
+            (Outcome::Refuse(refusal), _) if refusal.binds() => refusals.push(RefusalRow {
+                key: request.key.clone(),
+                mode: request.mode,
+                fingerprint: request.fingerprint.clone(),
+                refusal: refusal.clone(),
+            }),
+            _ => {}
+        }
+    }
+    crate::actors::writer::Job {
+        partner_id: state.args.partner_id.clone(),
+        accepted,
+        refusals,
+        now: time::now(),
+    }
+}
+
+/// Turns committed outcomes into answers; replayed orders are read back in
+/// one query, as they are now.
+async fn answers(
+    state: &AccountState,
+    requests: &[PlaceOrder],
+    outcomes: Vec<Outcome>,
+) -> Result<Vec<Decision>, Attempt> {
+    let accepted_here: HashMap<&str, &order::Model> = requests
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, o)| matches!(o, Outcome::Accept))
+        .filter_map(|(r, _)| r.ask.as_ref().ok())
+        .map(|o| (o.id.as_str(), o))
+        .collect();
+    let earlier: Vec<String> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            Outcome::Replay(Bound::Order(id)) if !accepted_here.contains_key(id.as_str()) => {
+                Some(id.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    let read_back: HashMap<String, order::Model> =
+        store::orders::get_orders(&state.args.db, &earlier)
+            .await?
+            .into_iter()
+            .map(|o| (o.id.clone(), o))
+            .collect();
+    let mut decisions = Vec::with_capacity(outcomes.len());
+    for (request, outcome) in requests.iter().zip(outcomes) {
+        decisions.push(match outcome {
+            Outcome::Accept => match &request.ask {
+                Ok(order) => Decision::Accepted(order.clone()),
+                Err(_) => {
+                    return Err(Attempt::Failed(AccountError::internal(
+                        "accepted a refusal",
+                    )));
+                }
+            },
+            Outcome::Refuse(refusal) => Decision::Refused(refusal),
+            Outcome::Replay(Bound::Refusal(refusal)) => Decision::ReplayedRefusal(refusal),
+            Outcome::Replay(Bound::Order(id)) => {
+                let order = match accepted_here.get(id.as_str()) {
+                    Some(order) => (*order).clone(),
+                    None => read_back.get(&id).cloned().ok_or_else(|| {
+                        Attempt::Failed(AccountError::internal("a bound order is missing"))
+                    })?,
+                };
+                Decision::Replayed(order)
+            }
+        });
+    }
+    Ok(decisions)
+}
+
+/// Commits one batch in its own transaction (no shared writer).
+pub(super) async fn commit_alone(
+    db: &Db,
+    job: crate::actors::writer::Job,
+) -> Result<crate::actors::writer::Committed, AcceptError> {
+    let txn = store::begin_write(db).await?;
+    let committed =
+        store::orders::accept_batch(&txn, &job.partner_id, &job.accepted, &job.refusals, job.now)
+            .await?;
+    txn.commit().await?;
+    Ok(committed)
+}
+
+/// Counts an accepted order and hands it to provisioning.
+pub(super) fn announce(state: &AccountState, decision: &Result<Decision, AccountError>) {
+    let Ok(Decision::Accepted(order)) = decision else {
+        return;
+    };
+    crate::metrics::order_accepted(&order.mode);
+    if let Some(provisioning) = &state.args.provisioning {
+        provisioning.send(ProvisioningMsg::Provision {
+            order_id: order.id.clone(),
+            claimed_until: order.claimed_until,
+            fresh: Some(Box::new(order.clone())),
+        });
+    }
+}

@@ -1,0 +1,132 @@
+//! The account's other money: refunds of undelivered units, operators'
+//! movements, deposit credits, each one transaction with its ledger rows.
+
+use super::*;
+
+/// Refunds undelivered units and settles the order if nothing is left
+/// pending, all in one transaction.
+pub(super) async fn refund(
+    state: &mut AccountState,
+    order_id: &str,
+    unit_ids: &[String],
+    failure: FailureCode,
+) -> Result<(), sea_orm::DbErr> {
+    let db = state.args.db.clone();
+    let Some(order) = store::orders::get_order(&db, order_id).await? else {
+        return Ok(());
+    };
+    let mode = store::orders::mode_of(&order)?;
+    let now = time::now();
+    let txn = store::begin_write(&db).await?;
+    let refunded = store::orders::refund_units(&txn, &order, unit_ids, failure, now).await?;
+    let settled = store::orders::finalize(&txn, order_id, now).await?;
+    txn.commit().await?;
+    if let Some(balance_after) = refunded {
+        *state.floats.of_mut(mode) = balance_after;
+        tracing::info!(partner_id = %order.partner_id, order_id, units = unit_ids.len(), failure = failure.as_str(), "units refunded");
+    }
+    if let Some(settled) = settled {
+        crate::metrics::order_settled(&settled, now);
+    }
+    Ok(())
+}
+
+/// Moves money on the live float and writes its ledger row, in one transaction.
+pub(super) async fn apply_movement(
+    state: &mut AccountState,
+    movement: Movement,
+) -> Result<ledger_entry::Model, AccountError> {
+    let db = state.args.db.clone();
+    let now = time::now();
+    let txn = store::begin_write(&db).await?;
+    let moved = store::orders::move_money_with(
+        &txn,
+        &state.args.partner_id,
+        Mode::Live,
+        movement.amount_cents,
+        movement.allow_overdraft,
+        now,
+    )
+    .await?;
+    let Some((balance_after, Some(seq))) = moved else {
+        drop(txn);
+        state.reload_balances().await?;
+        return Err(AccountError::Refused(Refusal::Insufficient {
+            mode: Mode::Live,
+            balance_cents: state.floats.live,
+            required_cents: -movement.amount_cents,
+        }));
+    };
+    let entry = store::orders::insert_ledger(
+        &txn,
+        store::orders::LedgerRow {
+            partner_id: &state.args.partner_id,
+            seq,
+            kind: &movement.kind,
+            amount_cents: movement.amount_cents,
+            balance_after_cents: balance_after,
+            description: movement.description,
+            order_id: None,
+            deposit_id: None,
+            movement_key: None,
+            now,
+        },
+    )
+    .await?;
+    txn.commit().await?;
+    state.floats.live = balance_after;
+    tracing::info!(partner_id = %state.args.partner_id, kind = %entry.kind, amount_cents = entry.amount_cents, balance_after, "money moved by the operator");
+    Ok(entry)
+}
+
+/// Credits a crypto deposit in one transaction; `false` if it was already credited.
+pub(super) async fn credit_deposit(
+    state: &mut AccountState,
+    deposit_id: &str,
+    amount: i64,
+) -> Result<bool, AccountError> {
+    let db = state.args.db.clone();
+    let Some(deposit) = store::deposits::get(&db, deposit_id).await? else {
+        return Ok(false);
+    };
+    let txn = store::begin_write(&db).await?;
+    let credited = store::deposits::credit(&txn, &deposit, amount, time::now()).await;
+    match credited {
+        Ok(Some((balance_after, entry))) => {
+            txn.commit().await?;
+            state.floats.live = balance_after;
+            tracing::info!(partner_id = %deposit.partner_id, deposit_id, amount_cents = amount, ledger_entry_id = %entry.id, "deposit credited");
+            crate::metrics::deposit_transition(&deposit.status, store::deposits::CREDITED);
+            Ok(true)
+        }
+        Ok(None) => Ok(false),
+        Err(err) if store::is_unique_violation(&err) => Ok(false),
+        Err(err) => Err(AccountError::from(err)),
+    }
+}
+
+/// Records a wire deposit already credited.
+pub(super) async fn wire_deposit(
+    state: &mut AccountState,
+    amount: i64,
+    reference: &str,
+) -> Result<deposit::Model, AccountError> {
+    let db = state.args.db.clone();
+    let txn = store::begin_write(&db).await?;
+    match store::deposits::record_wire(&txn, &state.args.partner_id, amount, reference, time::now())
+        .await
+    {
+        Ok((deposit, balance_after)) => {
+            txn.commit().await?;
+            state.floats.live = balance_after;
+            tracing::info!(partner_id = %deposit.partner_id, deposit_id = %deposit.id, amount_cents = amount, "wire deposit recorded");
+            crate::metrics::deposit_transition("none", store::deposits::CREDITED);
+            Ok(deposit)
+        }
+        Err(err) if store::is_unique_violation(&err) => Err(AccountError::Conflict {
+            message: "A deposit with this reference exists for this partner.".into(),
+            param: Some("reference"),
+        }),
+        Err(err) => Err(AccountError::from(err)),
+    }
+}
