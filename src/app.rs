@@ -542,20 +542,15 @@ struct Heartbeat {
 /// Records this node's heartbeat until `stop`; a missed beat is logged and
 /// retried at the next tick (three missed and other nodes take its claims).
 async fn beat_until_stopped(state: AppState, heartbeat: Heartbeat, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(heartbeat.every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    crate::periodic::every(heartbeat.every, &stop, || async {
         let now = crate::domain::time::now();
         if let Err(err) =
             store::nodes::beat(&state.db, &state.node_id, heartbeat.started_at, now).await
         {
             tracing::warn!(error = %err, node_id = %state.node_id, "heartbeat not recorded");
         }
-    }
+    })
+    .await;
 }
 
 /// This node's id: the configured one, else `<host name>-<public port>`,
@@ -640,19 +635,12 @@ fn build_payment_provider(
 
 /// Notices catalogue changes made through other nodes.
 async fn refresh_catalogue(state: AppState, every: Duration, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = tick.tick() => {
-                if let Err(err) = state.catalogue.refresh_if_changed().await {
-                    tracing::warn!(error = %err, "catalogue refresh failed; serving the last snapshot");
-                }
-            }
+    crate::periodic::every(every, &stop, || async {
+        if let Err(err) = state.catalogue.refresh_if_changed().await {
+            tracing::warn!(error = %err, "catalogue refresh failed; serving the last snapshot");
         }
-    }
+    })
+    .await;
 }
 
 /// Adds what every listener shares: the unknown-path fallback, panic

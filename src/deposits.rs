@@ -371,14 +371,7 @@ pub async fn reconcile_until_stopped(
     stop: tokio_util::sync::CancellationToken,
 ) {
     let quiet_for = chrono::Duration::from_std(every * 2).unwrap_or_default();
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => deposits.reconcile(quiet_for).await,
-        }
-    }
+    crate::periodic::every(every, &stop, || deposits.reconcile(quiet_for)).await;
 }
 
 /// What a webhook says about itself; none of it is trusted beyond finding the deposit.

@@ -13,7 +13,8 @@
 //!     <-  state (what handlers read)  <-  http, operator (the edges)  <-  app (wiring)
 //! ```
 //!
-//! [`config`], [`metrics`] and [`limits`] are leaves every layer may use;
+//! [`config`], [`metrics`], [`limits`] and [`periodic`] are leaves every
+//! layer may use;
 //! [`supplier`] and [`payments`] adapt the outside world beside [`store`].
 //!
 //! ## An order, file by file
@@ -64,7 +65,8 @@
 //! - [`simulators`]: copies of eSIM Access and BTCPay Server built from their
 //!   documentation and source, with injectable faults.
 //! - [`docs`]: the reference pages every `doc_url` points into.
-//! - [`telemetry`]: log output; [`metrics`]: Prometheus text at `/metrics`.
+//! - [`telemetry`]: log output; [`metrics`]: Prometheus text at `/metrics`;
+//!   [`periodic`]: the loop behind every background pass.
 //! - [`loadtest`]: drives a running server and checks the money.
 //!
 //! `docs/architecture.md` draws the actors, their supervision and the data
@@ -84,6 +86,7 @@ pub mod loadtest;
 pub mod metrics;
 pub mod operator;
 pub mod payments;
+pub mod periodic;
 pub mod simulators;
 pub mod state;
 pub mod store;

@@ -225,7 +225,7 @@ impl Admission {
         let state = self.lock();
         let capacity = self.capacity(&state);
         let per_second = capacity.units_per_second();
-        let room = (per_second * f64::from(self.args.horizon_seconds)).floor() as u64;
+        let room = capacity.room_units(self.args.horizon_seconds);
         let active = state.active_partners(self.horizon());
         let mut partners: HashMap<&str, u64> = HashMap::new();
         for map in [&state.read, &state.reading, &state.since] {
@@ -306,12 +306,13 @@ impl Admission {
     }
 
     fn publish(&self) {
-        let view = self.view();
+        let state = self.lock();
+        let capacity = self.capacity(&state);
         crate::metrics::admission_view(
-            view.capacity_units_per_second,
-            view.room_units,
-            view.backlog_units,
-            view.active_partners,
+            capacity.units_per_second(),
+            capacity.room_units(self.args.horizon_seconds),
+            state.total_units(),
+            state.active_partners(self.horizon()),
         );
     }
 
@@ -328,14 +329,7 @@ pub async fn refresh_until_stopped(
     every: Duration,
     stop: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => admission.refresh(&db).await,
-        }
-    }
+    crate::periodic::every(every, &stop, || admission.refresh(&db)).await;
 }
 
 /// `GET /operator/v1/admission`.

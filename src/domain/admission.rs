@@ -31,6 +31,11 @@ impl Capacity {
     pub fn units_per_second(&self) -> f64 {
         (self.calls_per_second * self.units_per_call * self.slowdown_factor).max(0.0)
     }
+
+    /// Units the backlog may hold: what drains within `horizon_seconds`.
+    pub fn room_units(&self, horizon_seconds: u32) -> u64 {
+        (self.units_per_second() * f64::from(horizon_seconds)).floor() as u64
+    }
 }
 
 /// The backlog as admission sees it: live units accepted and not settled.
@@ -75,8 +80,6 @@ pub struct Allowance {
     drain_per_second: f64,
     /// Units this partner may hold in all (its share of the room).
     share_units: u64,
-    /// The partner's backlog when the allowance was given.
-    partner_units: u64,
     /// The room's longest wait, in whole seconds: no retry is asked later.
     horizon_seconds: u32,
 }
@@ -89,7 +92,6 @@ impl Allowance {
             bound_by: Busy::Capacity,
             drain_per_second: 0.0,
             share_units: u64::MAX,
-            partner_units: 0,
             horizon_seconds: 0,
         }
     }
@@ -102,7 +104,6 @@ impl Allowance {
         };
         if units <= left {
             self.units_left = Some(left - units);
-            self.partner_units += units;
             return Ok(());
         }
         let missing = (units - left) as f64;
@@ -131,7 +132,7 @@ impl Allowance {
 /// backlog within `capacity × horizon`.
 pub fn allowance(capacity: &Capacity, horizon_seconds: u32, backlog: Backlog) -> Allowance {
     let per_second = capacity.units_per_second();
-    let room = (per_second * f64::from(horizon_seconds)).floor() as u64;
+    let room = capacity.room_units(horizon_seconds);
     let active = backlog.active_partners.max(1);
     let share = room / active;
     let by_share = share.saturating_sub(backlog.partner_units);
@@ -146,7 +147,6 @@ pub fn allowance(capacity: &Capacity, horizon_seconds: u32, backlog: Backlog) ->
         bound_by,
         drain_per_second,
         share_units: share,
-        partner_units: backlog.partner_units,
         horizon_seconds,
     }
 }

@@ -60,8 +60,3 @@ pub fn alive(since: DateTime<Utc>) -> SelectStatement {
         .and_where(node::Column::StoppedAt.is_null())
         .to_owned()
 }
-
-/// Every node known, for the operator.
-pub async fn all<C: ConnectionTrait>(db: &C) -> Result<Vec<node::Model>, DbErr> {
-    node::Entity::find().all(db).await
-}
