@@ -31,6 +31,25 @@ async fn three_nodes() -> Option<(TestApp, TestApp, TestApp)> {
     Some((first, second, third))
 }
 
+/// Three nodes and a live partner whose key every node has cached:
+/// (nodes, partner id, secret), or `None` on SQLite.
+async fn a_key_cached_on_three_nodes() -> Option<([TestApp; 3], String, String)> {
+    let (first, second, third) = three_nodes().await?;
+    let (partner_id, secret) = live_partner(&first).await;
+    cache_everywhere([&first, &second, &third], &secret).await;
+    Some(([first, second, third], partner_id, secret))
+}
+
+/// Revokes a key through `node`'s operator API.
+async fn revoke(node: &TestApp, key_id: &str) {
+    let response = node
+        .operator(Method::POST, &format!("/keys/{key_id}/revoke"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
 /// Every node answers `/balance` with 200, so each has the key cached.
 async fn cache_everywhere(nodes: [&TestApp; 3], secret: &str) {
     for node in nodes {
@@ -64,21 +83,13 @@ async fn refused(
 
 #[tokio::test]
 async fn a_key_revoked_on_one_node_is_refused_by_every_node() {
-    let Some((first, second, third)) = three_nodes().await else {
+    let Some((nodes, _, secret)) = a_key_cached_on_three_nodes().await else {
         return;
     };
-    let (_, secret) = live_partner(&first).await;
-    let key_id = key_id_of(&first, &secret).await;
-    cache_everywhere([&first, &second, &third], &secret).await;
-
+    let key_id = key_id_of(&nodes[0], &secret).await;
     let revoked_at = Instant::now();
-    let response = first
-        .operator(Method::POST, &format!("/keys/{key_id}/revoke"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    for node in [&first, &second, &third] {
+    revoke(&nodes[0], &key_id).await;
+    for node in &nodes {
         let took = refused(node, &secret, 401, "auth.invalid_key", revoked_at).await;
         eprintln!("{} refused the revoked key after {took:?}", node.public);
     }
@@ -86,21 +97,18 @@ async fn a_key_revoked_on_one_node_is_refused_by_every_node() {
 
 #[tokio::test]
 async fn an_account_suspended_on_one_node_is_refused_by_every_node() {
-    let Some((first, second, third)) = three_nodes().await else {
+    let Some((nodes, partner_id, secret)) = a_key_cached_on_three_nodes().await else {
         return;
     };
-    let (partner_id, secret) = live_partner(&first).await;
-    cache_everywhere([&first, &second, &third], &secret).await;
-
     let suspended_at = Instant::now();
-    let response = second
+    let response = nodes[1]
         .operator(Method::PATCH, &format!("/partners/{partner_id}"))
         .json(&json!({ "status": "suspended" }))
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    for node in [&first, &second, &third] {
+    for node in &nodes {
         let took = refused(node, &secret, 403, "partner.suspended", suspended_at).await;
         eprintln!(
             "{} refused the suspended account after {took:?}",
@@ -111,12 +119,11 @@ async fn an_account_suspended_on_one_node_is_refused_by_every_node() {
 
 #[tokio::test]
 async fn a_node_whose_listening_connection_was_cut_still_learns_of_changes() {
-    let Some((first, second, third)) = three_nodes().await else {
+    let Some((nodes, _, secret)) = a_key_cached_on_three_nodes().await else {
         return;
     };
-    let (_, secret) = live_partner(&first).await;
-    let key_id = key_id_of(&first, &secret).await;
-    cache_everywhere([&first, &second, &third], &secret).await;
+    let first = &nodes[0];
+    let key_id = key_id_of(first, &secret).await;
 
     // Cut every node's listening connection, then revoke at once: the
     // announcement may be sent while nobody listens.
@@ -135,13 +142,8 @@ async fn a_node_whose_listening_connection_was_cut_still_learns_of_changes() {
         cut.rows_affected()
     );
     let revoked_at = Instant::now();
-    let response = first
-        .operator(Method::POST, &format!("/keys/{key_id}/revoke"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    for node in [&first, &second, &third] {
+    revoke(first, &key_id).await;
+    for node in &nodes {
         refused(node, &secret, 401, "auth.invalid_key", revoked_at).await;
     }
 }

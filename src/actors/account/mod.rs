@@ -484,18 +484,28 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_batch_commits_in_order_and_memory_matches_the_database() {
-        let (_dir, db, partner_id) = database().await;
+    /// An account actor without provisioning or admission, batching fully.
+    async fn spawn_actor(
+        db: &Db,
+        partner_id: &str,
+        writer: Option<crate::actors::writer::CommitWriter>,
+    ) -> ActorRef<AccountMsg> {
         let args = AccountArgs {
-            partner_id: partner_id.clone(),
+            partner_id: partner_id.to_owned(),
             db: db.clone(),
             provisioning: None,
             max_batch: MAX_BATCH,
-            writer: Some(crate::actors::writer::CommitWriter::start(db.clone())),
+            writer,
             admission: None,
         };
-        let (actor, _) = Actor::spawn(None, AccountActor, args).await.unwrap();
+        Actor::spawn(None, AccountActor, args).await.unwrap().0
+    }
+
+    #[tokio::test]
+    async fn a_batch_commits_in_order_and_memory_matches_the_database() {
+        let (_dir, db, partner_id) = database().await;
+        let writer = crate::actors::writer::CommitWriter::start(db.clone());
+        let actor = spawn_actor(&db, &partner_id, Some(writer)).await;
 
         let requests = vec![
             request(&partner_id, "k1", 4000),
@@ -532,15 +542,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_commit_answers_the_whole_batch_500_and_memory_stays_equal_to_the_database() {
         let (_dir, db, partner_id) = database().await;
-        let args = AccountArgs {
-            partner_id: partner_id.clone(),
-            db: db.clone(),
-            provisioning: None,
-            max_batch: MAX_BATCH,
-            writer: None,
-            admission: None,
-        };
-        let (actor, _) = Actor::spawn(None, AccountActor, args).await.unwrap();
+        let actor = spawn_actor(&db, &partner_id, None).await;
         // Sabotage: units cannot be written, so the batch transaction fails half-way.
         db.execute_unprepared("ALTER TABLE order_units RENAME TO order_units_gone")
             .await
