@@ -54,7 +54,7 @@ async fn main() -> anyhow::Result<()> {
         NewPartner {
             name: "Naive".into(),
             slug: format!("naive-{}", uuid::Uuid::now_v7().simple()),
-            status: "live".into(),
+            status: entities::states::AccountStatus::Live,
             tier: "gold".into(),
             discount_override_bps: None,
             low_balance_threshold_cents: 0,
@@ -131,7 +131,7 @@ fn order_of(partner_id: &str, key: &str) -> order::Model {
     order::Model {
         id: OrderId::generate().into_string(),
         partner_id: partner_id.to_owned(),
-        mode: "live".into(),
+        mode: entities::states::Mode::Live,
         idempotency_key: key.to_owned(),
         plan_id: "pl_fr_1gb_7d".into(),
         quantity: 1,
@@ -140,7 +140,7 @@ fn order_of(partner_id: &str, key: &str) -> order::Model {
         list_unit_cents: 500,
         price_source: "tier:gold".into(),
         metadata: serde_json::json!({}),
-        status: "processing".into(),
+        status: entities::states::OrderStatus::Processing,
         failure_code: None,
         refunded_cents: 0,
         attempts: 0,

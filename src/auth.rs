@@ -68,9 +68,7 @@ impl KeyDirectory {
         let Some(partner) = store::partners::find(&self.db, &key.partner_id).await? else {
             return Ok(None);
         };
-        let Some(mode) = Mode::parse(&key.mode) else {
-            return Err(DbErr::Custom(format!("key {} has an unknown mode", key.id)));
-        };
+        let mode = key.mode;
         let record = Arc::new(KeyRecord {
             allowlist: parse_allowlist(key.allowed_cidrs.as_ref()),
             key,

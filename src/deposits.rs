@@ -23,13 +23,14 @@ use serde_json::Value;
 
 use crate::{
     actors::{account::AccountError, accounts::Accounts},
-    domain::deposit::{self as rules, DepositStatus, ReviewReason, Step},
+    domain::deposit::{
+        self as rules,
+        DepositStatus::{Cancelled, Pending, Refunded},
+        ReviewReason, Step,
+    },
     domain::{ids::DepositId, partner::Status, time},
     payments::{PaymentError, PaymentProvider, btcpay},
-    store::{
-        self, Db,
-        deposits::{CANCELLED, PENDING, REFUNDED},
-    },
+    store::{self, Db},
 };
 
 /// Why a deposit operation did not go through. The edges turn it into the
@@ -110,7 +111,7 @@ impl Deposits {
         let row = deposit::Model {
             id,
             partner_id: partner_id.to_owned(),
-            status: PENDING.to_owned(),
+            status: Pending,
             method: "crypto".to_owned(),
             requested_cents: amount_cents,
             credited_cents: None,
@@ -125,7 +126,7 @@ impl Deposits {
         };
         let stored = store::deposits::insert(&self.db, row).await?;
         tracing::info!(partner_id, deposit_id = %stored.id, amount_cents, "crypto invoice opened");
-        crate::metrics::deposit_transition("none", PENDING);
+        crate::metrics::deposit_transition("none", Pending.as_str());
         Ok(stored)
     }
 
@@ -213,7 +214,7 @@ impl Deposits {
             .refund(pull_payment_id)
             .await
             .map_err(|e| unavailable(&e))?;
-        let status = deposit_status(deposit)?;
+        let status = deposit.status;
         let step = rules::refund_step(status, refund.usd_cents.unwrap_or(0));
         let detail = format!(
             "The store created refund pull payment {} for {} {} on invoice {}; the float was not taken back.",
@@ -237,7 +238,7 @@ impl Deposits {
             .await
             .map_err(|e| unavailable(&e))?;
         let view = rules::DepositView {
-            status: deposit_status(&deposit)?,
+            status: deposit.status,
             credited_cents: deposit.credited_cents,
             expires_at: deposit.expires_at,
         };
@@ -267,14 +268,14 @@ impl Deposits {
                 if store::deposits::transition(
                     db,
                     &deposit.id,
-                    &[PENDING, CANCELLED],
-                    REFUNDED,
+                    &[Pending, Cancelled],
+                    Refunded,
                     now,
                 )
                 .await?
                 {
                     tracing::info!(deposit_id = %deposit.id, "deposit refunded before credit");
-                    crate::metrics::deposit_transition(&deposit.status, REFUNDED);
+                    crate::metrics::deposit_transition(deposit.status.as_str(), Refunded.as_str());
                 }
             }
             Step::Review {
@@ -288,7 +289,7 @@ impl Deposits {
                     store::deposits::touch(db, &deposit.id, now).await?;
                 }
                 let detail = format!("{detail} Amount in question: {cents} cents.");
-                store::deposits::raise_review(db, deposit, reason.as_str(), &detail, now).await?;
+                store::deposits::raise_review(db, deposit, reason, &detail, now).await?;
             }
             Step::Credit(cents) => self.credit(deposit, cents, detail, now).await?,
         }
@@ -300,9 +301,9 @@ impl Deposits {
         deposit: &deposit::Model,
         now: DateTime<Utc>,
     ) -> Result<(), DepositError> {
-        if store::deposits::transition(&self.db, &deposit.id, &[PENDING], CANCELLED, now).await? {
+        if store::deposits::transition(&self.db, &deposit.id, &[Pending], Cancelled, now).await? {
             tracing::info!(deposit_id = %deposit.id, "deposit invoice lapsed");
-            crate::metrics::deposit_transition(PENDING, CANCELLED);
+            crate::metrics::deposit_transition(Pending.as_str(), Cancelled.as_str());
         } else {
             store::deposits::touch(&self.db, &deposit.id, now).await?;
         }
@@ -326,7 +327,7 @@ impl Deposits {
             return Ok(store::deposits::raise_review(
                 &self.db,
                 deposit,
-                ReviewReason::PaidOnClosedAccount.as_str(),
+                ReviewReason::PaidOnClosedAccount,
                 &detail,
                 now,
             )
@@ -340,7 +341,7 @@ impl Deposits {
 
     async fn account_closed(&self, partner_id: &str) -> Result<bool, DepositError> {
         let partner = store::partners::find(&self.db, partner_id).await?;
-        Ok(partner.is_some_and(|p| Status::parse(&p.status) == Some(Status::Closed)))
+        Ok(partner.is_some_and(|p| p.status == Status::Closed))
     }
 
     /// The reconciler's pass: lapse expired invoices and ask about quiet ones.
@@ -395,15 +396,6 @@ impl WebhookHint {
             redelivery: event["isRedelivery"].as_bool().unwrap_or(false),
         }
     }
-}
-
-fn deposit_status(deposit: &deposit::Model) -> Result<DepositStatus, DepositError> {
-    DepositStatus::parse(&deposit.status).ok_or_else(|| {
-        DepositError::Internal(format!(
-            "deposit {} has an unknown status {}",
-            deposit.id, deposit.status
-        ))
-    })
 }
 
 fn unavailable(error: &PaymentError) -> DepositError {

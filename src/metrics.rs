@@ -323,21 +323,18 @@ pub fn order_accepted(mode: &str) {
 /// An order settled at `now`: counted by outcome, and its time since
 /// acceptance recorded.
 pub fn order_settled(settled: &Settled, now: DateTime<Utc>) {
-    let failure_code = settled
-        .failure_code
-        .clone()
-        .unwrap_or_else(|| "none".into());
+    let failure_code = settled.failure_code.map_or("none", |code| code.as_str());
     counter!(
         ORDERS_SETTLED,
-        "mode" => settled.mode.clone(),
-        "status" => settled.status,
+        "mode" => settled.mode.as_str(),
+        "status" => settled.status.as_str(),
         "failure_code" => failure_code,
     )
     .increment(1);
     histogram!(
         PROVISIONING_DURATION,
-        "mode" => settled.mode.clone(),
-        "status" => settled.status,
+        "mode" => settled.mode.as_str(),
+        "status" => settled.status.as_str(),
     )
     .record(seconds_between(settled.created_at, now));
 }

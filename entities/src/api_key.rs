@@ -2,6 +2,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::states::Mode;
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "api_keys")]
 pub struct Model {
@@ -11,7 +13,7 @@ pub struct Model {
     /// Owning partner.
     pub partner_id: String,
     /// `live` or `sandbox`.
-    pub mode: String,
+    pub mode: Mode,
     /// Free text chosen by the operator.
     pub label: String,
     /// Lowercase hex SHA-256 of the whole secret.

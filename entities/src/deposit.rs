@@ -3,6 +3,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::states::DepositStatus;
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "deposits")]
 pub struct Model {
@@ -11,7 +13,7 @@ pub struct Model {
     pub id: String,
     pub partner_id: String,
     /// `pending`, `credited`, `cancelled`, `refunded`, `reversed`.
-    pub status: String,
+    pub status: DepositStatus,
     /// `crypto` or `wire`.
     pub method: String,
     pub requested_cents: i64,

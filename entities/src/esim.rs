@@ -2,6 +2,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::states::{EsimStatus, Mode};
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "esims")]
 pub struct Model {
@@ -9,13 +11,13 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub iccid: String,
     pub partner_id: String,
-    pub mode: String,
+    pub mode: Mode,
     pub order_id: String,
     /// The unit that delivered it (unique).
     pub unit_id: String,
     pub plan_id: String,
     /// `released` once delivered.
-    pub status: String,
+    pub status: EsimStatus,
     pub smdp_address: String,
     pub matching_id: String,
     /// `LPA:1$<smdp>$<matching id>`.

@@ -2,6 +2,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::states::Mode;
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "floats")]
 pub struct Model {
@@ -10,7 +12,7 @@ pub struct Model {
     pub partner_id: String,
     /// `live` or `sandbox`.
     #[sea_orm(primary_key, auto_increment = false)]
-    pub mode: String,
+    pub mode: Mode,
     /// Spendable balance in US cents.
     pub balance_cents: i64,
     /// The ledger `seq` the next money movement of this float takes.

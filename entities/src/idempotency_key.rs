@@ -2,6 +2,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::states::Mode;
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "idempotency_keys")]
 pub struct Model {
@@ -11,7 +13,7 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub key: String,
     /// The mode that used it first.
-    pub mode: String,
+    pub mode: Mode,
     /// SHA-256 of the canonical request body.
     pub fingerprint: String,
     /// Set when the key made an order.

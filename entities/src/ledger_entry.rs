@@ -2,6 +2,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::states::LedgerKind;
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "ledger_entries")]
 pub struct Model {
@@ -12,7 +14,7 @@ pub struct Model {
     /// Allocated with the movement from the float row; unique per partner.
     pub seq: i64,
     /// `deposit`, `purchase`, `refund`, `adjustment`, `payout`, `chargeback`.
-    pub kind: String,
+    pub kind: LedgerKind,
     /// Signed: purchases are negative.
     pub amount_cents: i64,
     pub balance_after_cents: i64,

@@ -1,8 +1,9 @@
 //! sea-orm entities of esim-reseller: one module per table.
 //!
-//! Enum-like columns (`status`, `mode`, `tier`) are stored as short strings so
-//! that one schema serves SQLite and PostgreSQL; `src/domain` owns their
-//! parsing and their meaning.
+//! Enum-like columns (`status`, `mode`, `kind`) are typed by the closed
+//! vocabularies of [`states`] and stored as their short words, so one schema
+//! serves SQLite and PostgreSQL and a stored word outside the vocabulary fails
+//! to load. `tier` stays text: tiers are named by the configuration.
 
 pub mod api_key;
 pub mod catalogue_version;
@@ -19,4 +20,5 @@ pub mod partner;
 pub mod plan;
 pub mod provider_delivery;
 pub mod review;
+pub mod states;
 pub mod supplier_order;

@@ -2,6 +2,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::states::{FailureCode, Mode, OrderStatus};
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "orders")]
 pub struct Model {
@@ -10,7 +12,7 @@ pub struct Model {
     pub id: String,
     pub partner_id: String,
     /// `live` or `sandbox`.
-    pub mode: String,
+    pub mode: Mode,
     /// The partner's Idempotency-Key (trimmed).
     pub idempotency_key: String,
     pub plan_id: String,
@@ -24,8 +26,8 @@ pub struct Model {
     /// The partner's metadata, echoed verbatim.
     pub metadata: Json,
     /// `processing`, `completed`, `partially_completed` or `failed`.
-    pub status: String,
-    pub failure_code: Option<String>,
+    pub status: OrderStatus,
+    pub failure_code: Option<FailureCode>,
     /// Money returned for undelivered units.
     pub refunded_cents: i64,
     /// Provisioning passes started.

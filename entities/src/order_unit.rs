@@ -2,6 +2,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::states::UnitStatus;
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "order_units")]
 pub struct Model {
@@ -12,7 +14,7 @@ pub struct Model {
     /// 1-based.
     pub unit_index: i32,
     /// `pending`, `delivered` or `refunded`.
-    pub status: String,
+    pub status: UnitStatus,
     /// The supplier's order number once placed (one unit per supplier
     /// order, before supplier orders carried many units).
     pub supplier_order_no: Option<String>,

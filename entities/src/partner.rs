@@ -2,6 +2,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::states::AccountStatus;
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "partners")]
 pub struct Model {
@@ -14,7 +16,7 @@ pub struct Model {
     #[sea_orm(unique)]
     pub slug: String,
     /// `sandbox`, `pending`, `live`, `suspended` or `closed`.
-    pub status: String,
+    pub status: AccountStatus,
     /// Commercial tier name (a key of the `tiers` configuration).
     pub tier: String,
     /// Discount that supersedes the tier's, in basis points.

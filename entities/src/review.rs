@@ -2,6 +2,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::states::{ReviewReason, ReviewStatus};
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "reviews")]
 pub struct Model {
@@ -11,10 +13,10 @@ pub struct Model {
     pub deposit_id: String,
     pub partner_id: String,
     /// `zero_settlement`, `refunded_after_credit`, `paid_on_closed_account`.
-    pub reason: String,
+    pub reason: ReviewReason,
     pub detail: String,
     /// `open` or `resolved`.
-    pub status: String,
+    pub status: ReviewStatus,
     pub resolution: Option<String>,
     pub created_at: DateTimeUtc,
     pub resolved_at: Option<DateTimeUtc>,

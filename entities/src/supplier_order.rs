@@ -2,6 +2,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::states::{Mode, SupplierOrderStatus};
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "supplier_orders")]
 pub struct Model {
@@ -9,7 +11,7 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: String,
     /// `live` or `sandbox`: which supplier it went to.
-    pub mode: String,
+    pub mode: Mode,
     /// The supplier's package code (our plan id).
     pub package_code: String,
     /// Profiles bought.
@@ -17,7 +19,7 @@ pub struct Model {
     /// The supplier's `orderNo`, once it answered.
     pub order_no: Option<String>,
     /// `placing`, `placed`, `allocated` or `failed`.
-    pub status: String,
+    pub status: SupplierOrderStatus,
     /// Placement calls that failed without an answer that settles it.
     pub attempts: i32,
     pub last_error: Option<String>,

@@ -31,8 +31,9 @@ use super::{
 use crate::{
     domain::{
         esim as esim_rules,
-        order::{FailureCode, UNIT_PENDING},
+        order::{FailureCode, UnitStatus},
         partner::Mode,
+        states::EsimStatus,
         time,
     },
     store::{self, Db, orders::Renewal},
@@ -344,7 +345,7 @@ async fn provision_claimed(
             let units: Vec<order_unit::Model> = store::orders::units_of(&args.db, order_id)
                 .await?
                 .into_iter()
-                .filter(|u| u.status == UNIT_PENDING)
+                .filter(|u| u.status == UnitStatus::Pending)
                 .collect();
             (order, units)
         }
@@ -352,7 +353,7 @@ async fn provision_claimed(
     let outcomes = if units.is_empty() {
         Vec::new()
     } else {
-        let mode = store::orders::mode_of(&order)?;
+        let mode = order.mode;
         provision_units(args, &order, mode, units).await
     };
     for failure in [FailureCode::SupplierError, FailureCode::InternalError] {
@@ -378,7 +379,7 @@ async fn provision_claimed(
         let now = time::now();
         if let Some(settled) = store::orders::finalize(&args.db, order_id, now).await? {
             crate::metrics::order_settled(&settled, now);
-            tracing::info!(order_id, partner_id = %order.partner_id, status = settled.status, elapsed_ms = started.elapsed().as_millis() as u64, "order settled");
+            tracing::info!(order_id, partner_id = %order.partner_id, status = settled.status.as_str(), elapsed_ms = started.elapsed().as_millis() as u64, "order settled");
         }
     }
     Ok(())
@@ -514,11 +515,11 @@ async fn store_profile(
     let row = esim::Model {
         iccid: profile.iccid.clone(),
         partner_id: order.partner_id.clone(),
-        mode: order.mode.clone(),
+        mode: order.mode,
         order_id: order.id.clone(),
         unit_id: unit.id.clone(),
         plan_id: order.plan_id.clone(),
-        status: "released".into(),
+        status: EsimStatus::Released,
         smdp_address: smdp.to_owned(),
         matching_id: matching.to_owned(),
         activation_code: profile.activation_code.clone(),
@@ -622,7 +623,7 @@ async fn store_deliveries(db: &Db, profiles: &[esim::Model]) -> Result<Vec<bool>
     txn.commit().await?;
     for (order_id, order) in settled {
         crate::metrics::order_settled(&order, now);
-        tracing::info!(order_id, status = order.status, "order settled");
+        tracing::info!(order_id, status = order.status.as_str(), "order settled");
     }
     Ok(delivered)
 }

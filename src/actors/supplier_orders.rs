@@ -30,7 +30,7 @@ use entities::supplier_order;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::{
-    domain::{order::FailureCode, partner::Mode, time},
+    domain::{order::FailureCode, partner::Mode, states::SupplierOrderStatus, time},
     store::{self, Db, supplier_orders as rows},
     supplier::{Allocation, Profile, Supplier, SupplierError},
 };
@@ -340,11 +340,11 @@ async fn open(
     let now = time::now();
     let row = supplier_order::Model {
         id: id.clone(),
-        mode: mode.as_str().to_owned(),
+        mode,
         package_code: package_code.to_owned(),
         unit_count: unit_ids.len() as i32,
         order_no: None,
-        status: rows::PLACING.to_owned(),
+        status: SupplierOrderStatus::Placing,
         attempts: 0,
         last_error: None,
         node_id: args.node_id.to_string(),
@@ -388,15 +388,15 @@ async fn drive(inner: &Inner, id: &str) -> Outcome {
         }
         Err(err) => return Outcome::Later(err.to_string()),
     };
-    if row.status == rows::FAILED {
+    if row.status == SupplierOrderStatus::Failed {
         return Outcome::Failed {
             code: FailureCode::SupplierError,
             reason: row.last_error.unwrap_or_default(),
         };
     }
-    let supplier = match Mode::parse(&row.mode) {
-        Some(Mode::Live) => args.live.clone(),
-        _ => args.sandbox.clone(),
+    let supplier = match row.mode {
+        Mode::Live => args.live.clone(),
+        Mode::Sandbox => args.sandbox.clone(),
     };
     let deadline = row.created_at
         + chrono::Duration::from_std(args.deadline).unwrap_or(chrono::Duration::seconds(92));
@@ -411,7 +411,7 @@ async fn drive(inner: &Inner, id: &str) -> Outcome {
     lock(&inner.wakers).insert(order_no.clone(), notify.clone());
     let webhooks_flowing =
         lock(&inner.last_webhook).is_some_and(|at| at.elapsed() < WEBHOOKS_FLOWING);
-    let first_wait = match (row.mode == Mode::Live.as_str(), webhooks_flowing) {
+    let first_wait = match (row.mode == Mode::Live, webhooks_flowing) {
         (false, _) => Duration::ZERO,
         (true, true) => args.max_poll_interval,
         (true, false) => args.poll_interval,
@@ -451,7 +451,7 @@ async fn place_in_slot(
     row: &supplier_order::Model,
     deadline: chrono::DateTime<Utc>,
 ) -> Result<String, Outcome> {
-    let _slot = match row.mode == Mode::Live.as_str() {
+    let _slot = match row.mode == Mode::Live {
         true => inner.placing.clone().acquire_owned().await.ok(),
         false => None,
     };
@@ -542,7 +542,14 @@ async fn await_profiles(
     loop {
         match supplier.query(order_no).await {
             Ok(Allocation::Ready(profiles)) if profiles.len() >= wanted => {
-                let _ = rows::finish(&args.db, &row.id, rows::ALLOCATED, None, time::now()).await;
+                let _ = rows::finish(
+                    &args.db,
+                    &row.id,
+                    SupplierOrderStatus::Allocated,
+                    None,
+                    time::now(),
+                )
+                .await;
                 return delivered(args, &row.id, sorted(profiles)).await;
             }
             Ok(Allocation::Ready(profiles)) => seen = profiles,
@@ -574,7 +581,7 @@ async fn await_profiles(
             let _ = rows::finish(
                 &args.db,
                 &row.id,
-                rows::ALLOCATED,
+                SupplierOrderStatus::Allocated,
                 Some("short at the deadline"),
                 time::now(),
             )
@@ -597,7 +604,15 @@ fn sorted(mut profiles: Vec<Profile>) -> Vec<Profile> {
 }
 
 async fn fail(args: &SupplierOrdersArgs, id: &str, code: FailureCode, reason: String) -> Outcome {
-    if let Err(err) = rows::finish(&args.db, id, rows::FAILED, Some(&reason), time::now()).await {
+    if let Err(err) = rows::finish(
+        &args.db,
+        id,
+        SupplierOrderStatus::Failed,
+        Some(&reason),
+        time::now(),
+    )
+    .await
+    {
         return Outcome::Later(err.to_string());
     }
     Outcome::Failed { code, reason }

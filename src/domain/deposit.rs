@@ -32,6 +32,7 @@
 //! `InvoiceRefund` webhook ([`refund_step`]).
 
 use chrono::{DateTime, Utc};
+pub use entities::states::{DepositStatus, ReviewReason};
 
 /// Greenfield's `InvoiceStatus`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,72 +106,12 @@ pub struct InvoiceReading {
     pub confirming: bool,
 }
 
-/// Where the deposit stands in our books.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DepositStatus {
-    Pending,
-    Credited,
-    Cancelled,
-    Refunded,
-    Reversed,
-}
-
-impl DepositStatus {
-    pub fn parse(text: &str) -> Option<Self> {
-        Some(match text {
-            "pending" => Self::Pending,
-            "credited" => Self::Credited,
-            "cancelled" => Self::Cancelled,
-            "refunded" => Self::Refunded,
-            "reversed" => Self::Reversed,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Credited => "credited",
-            Self::Cancelled => "cancelled",
-            Self::Refunded => "refunded",
-            Self::Reversed => "reversed",
-        }
-    }
-}
-
 /// The deposit as the table needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DepositView {
     pub status: DepositStatus,
     pub credited_cents: Option<i64>,
     pub expires_at: Option<DateTime<Utc>>,
-}
-
-/// Why a person must look at a deposit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReviewReason {
-    /// The provider settled the invoice with nothing received.
-    ZeroSettlement,
-    /// Money arrived on an invoice the provider (or the store) declared invalid.
-    InvalidWithPayment,
-    /// More arrived after the credit than was credited.
-    PaidAfterCredit,
-    /// A refund was created for a deposit already credited.
-    RefundedAfterCredit,
-    /// Money arrived for an account that is closed.
-    PaidOnClosedAccount,
-}
-
-impl ReviewReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ZeroSettlement => "zero_settlement",
-            Self::InvalidWithPayment => "invalid_with_payment",
-            Self::PaidAfterCredit => "paid_after_credit",
-            Self::RefundedAfterCredit => "refunded_after_credit",
-            Self::PaidOnClosedAccount => "paid_on_closed_account",
-        }
-    }
 }
 
 /// What to do with a deposit.

@@ -1,85 +1,21 @@
 //! Partner account status and key mode, and the operator's status transitions.
 
-use serde::{Deserialize, Serialize};
+pub use entities::states::{AccountStatus as Status, Mode};
 
-/// Which float a key spends: decided by the key alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    Live,
-    Sandbox,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Live => "live",
-            Mode::Sandbox => "sandbox",
-        }
+/// The operator's transition table. `closed` is terminal; a live account
+/// never goes back to `sandbox` or `pending` (it has real money and history).
+pub fn may_become(now: Status, next: Status) -> bool {
+    use Status::*;
+    if now == next {
+        return true;
     }
-
-    pub fn parse(value: &str) -> Option<Self> {
-        match value {
-            "live" => Some(Mode::Live),
-            "sandbox" => Some(Mode::Sandbox),
-            _ => None,
-        }
-    }
-}
-
-/// Lifecycle of a partner account.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// Integrating: only sandbox keys are useful.
-    Sandbox,
-    /// Applied for live, not yet approved.
-    Pending,
-    /// Trading.
-    Live,
-    /// Live keys refused, balance frozen; sandbox keys keep working.
-    Suspended,
-    /// Terminal: every key refused.
-    Closed,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Sandbox => "sandbox",
-            Status::Pending => "pending",
-            Status::Live => "live",
-            Status::Suspended => "suspended",
-            Status::Closed => "closed",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<Self> {
-        match value {
-            "sandbox" => Some(Status::Sandbox),
-            "pending" => Some(Status::Pending),
-            "live" => Some(Status::Live),
-            "suspended" => Some(Status::Suspended),
-            "closed" => Some(Status::Closed),
-            _ => None,
-        }
-    }
-
-    /// The operator's transition table. `closed` is terminal; a live account
-    /// never goes back to `sandbox` or `pending` (it has real money and history).
-    pub fn can_become(self, next: Status) -> bool {
-        use Status::*;
-        if self == next {
-            return true;
-        }
-        matches!(
-            (self, next),
-            (Sandbox, Pending | Live | Closed)
-                | (Pending, Sandbox | Live | Closed)
-                | (Live, Suspended | Closed)
-                | (Suspended, Live | Closed)
-        )
-    }
+    matches!(
+        (now, next),
+        (Sandbox, Pending | Live | Closed)
+            | (Pending, Sandbox | Live | Closed)
+            | (Live, Suspended | Closed)
+            | (Suspended, Live | Closed)
+    )
 }
 
 /// A slug from a display name: lowercase ASCII letters and digits joined by
@@ -122,17 +58,17 @@ mod tests {
             Status::Live,
             Status::Suspended,
         ] {
-            assert!(!Status::Closed.can_become(next));
+            assert!(!may_become(Status::Closed, next));
         }
     }
 
     #[test]
     fn suspension_is_reversible_and_live_never_goes_back() {
-        assert!(Status::Live.can_become(Status::Suspended));
-        assert!(Status::Suspended.can_become(Status::Live));
-        assert!(!Status::Live.can_become(Status::Pending));
-        assert!(!Status::Live.can_become(Status::Sandbox));
-        assert!(!Status::Sandbox.can_become(Status::Suspended));
+        assert!(may_become(Status::Live, Status::Suspended));
+        assert!(may_become(Status::Suspended, Status::Live));
+        assert!(!may_become(Status::Live, Status::Pending));
+        assert!(!may_become(Status::Live, Status::Sandbox));
+        assert!(!may_become(Status::Sandbox, Status::Suspended));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::{
         api_key,
         net::{self, Source},
         ordering,
-        partner::{self, Mode, Status},
+        partner::{self, Mode},
         rate::{Band, RateClass, WindowState},
         time,
     },
@@ -110,12 +110,11 @@ pub async fn authenticate(
         crate::metrics::rate_limited(layer.class.as_str());
         window_exceeded(layer.class, &counted).into_response()
     } else {
-        match check_account(&record) {
-            Err(error) => error.into_response(),
-            Ok(Err(refusal)) if !layer.defer_gating => {
+        match partner::gate(record.partner.status, record.mode) {
+            Err(refusal) if !layer.defer_gating => {
                 ApiError::from(ordering::Refusal::Gated(refusal)).into_response()
             }
-            Ok(gate) => {
+            gate => {
                 let mode = record.mode;
                 request
                     .extensions_mut()
@@ -190,17 +189,6 @@ pub fn band_for<'a>(app: &'a AppState, record: &KeyRecord) -> &'a Band {
             .map_or(SANDBOX_BAND, |tier| tier.rate_band.as_str()),
     };
     app.bands.get(name).unwrap_or(&app.fallback_band)
-}
-
-/// The account's verdict on the key, or a 500 for a status nobody knows.
-fn check_account(record: &KeyRecord) -> Result<Result<(), partner::Refusal>, ApiError> {
-    let status = Status::parse(&record.partner.status).ok_or_else(|| {
-        ApiError::internal(format_args!(
-            "partner {} has an unknown status",
-            record.partner.id
-        ))
-    })?;
-    Ok(partner::gate(status, record.mode))
 }
 
 fn window_exceeded(class: RateClass, counted: &WindowState) -> ApiError {

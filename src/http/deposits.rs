@@ -20,12 +20,13 @@ use super::{
     pagination::{self, ListEnvelope},
 };
 use crate::{
-    domain::{ids::check_id, partner::Mode},
-    state::AppState,
-    store::{
-        self,
-        deposits::{LedgerQuery, STATUSES},
+    domain::{
+        ids::check_id,
+        partner::Mode,
+        states::{DepositStatus, LedgerKind},
     },
+    state::AppState,
+    store::{self, deposits::LedgerQuery},
 };
 
 /// The Deposit resource.
@@ -33,7 +34,7 @@ use crate::{
 pub struct DepositView {
     pub object: &'static str,
     pub id: String,
-    pub status: String,
+    pub status: DepositStatus,
     pub method: String,
     pub requested_cents: i64,
     pub credited_cents: Option<i64>,
@@ -141,7 +142,7 @@ pub async fn create(
 #[into_params(parameter_in = Query)]
 pub struct DepositsQuery {
     /// Only deposits in this state.
-    #[param(value_type = Option<crate::http::openapi::DepositStatus>)]
+    #[param(value_type = Option<crate::domain::states::DepositStatus>)]
     status: Option<String>,
     /// Page size, 1 to 200 (default 50).
     #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
@@ -165,7 +166,8 @@ pub async fn list(
     StrictQuery(query): StrictQuery<DepositsQuery>,
 ) -> Result<Json<ListEnvelope<DepositView>>, ApiError> {
     let mut v = Violations::default();
-    pagination::check_one_of(query.status.as_deref(), "status", &STATUSES, &mut v);
+    let status =
+        pagination::parse_one_of::<DepositStatus>(query.status.as_deref(), "status", &mut v);
     let limit = pagination::parse_limit(query.limit.as_deref(), &mut v);
     pagination::check_cursor_length(query.cursor.as_deref(), &mut v);
     v.into_result()?;
@@ -186,7 +188,7 @@ pub async fn list(
     let rows = store::deposits::list(
         &state.db,
         caller.partner_id(),
-        query.status.as_deref(),
+        status,
         before,
         limit as u64 + 1,
     )
@@ -236,7 +238,7 @@ pub async fn show(
 #[into_params(parameter_in = Query)]
 pub struct LedgerParams {
     /// Only entries of this kind.
-    #[param(value_type = Option<crate::http::openapi::LedgerKind>)]
+    #[param(value_type = Option<LedgerKind>)]
     kind: Option<String>,
     /// Entries created at or after this instant (inclusive).
     #[param(value_type = Option<String>, format = DateTime)]
@@ -252,16 +254,6 @@ pub struct LedgerParams {
     cursor: Option<String>,
 }
 
-/// Ledger entry kinds.
-pub const LEDGER_KINDS: [&str; 6] = [
-    "deposit",
-    "purchase",
-    "refund",
-    "adjustment",
-    "payout",
-    "chargeback",
-];
-
 #[utoipa::path(
     get, path = "/ledger", operation_id = "listLedger", tag = "account", params(LedgerParams),
     responses(
@@ -276,7 +268,7 @@ pub async fn ledger(
     StrictQuery(query): StrictQuery<LedgerParams>,
 ) -> Result<Json<ListEnvelope<LedgerEntryView>>, ApiError> {
     let mut v = Violations::default();
-    pagination::check_one_of(query.kind.as_deref(), "kind", &LEDGER_KINDS, &mut v);
+    let kind = pagination::parse_one_of::<LedgerKind>(query.kind.as_deref(), "kind", &mut v);
     let created_after =
         pagination::parse_datetime(query.created_after.as_deref(), "created_after", &mut v)
             .map(pagination::ceil_to_micros);
@@ -307,7 +299,7 @@ pub async fn ledger(
         &state.db,
         caller.partner_id(),
         &LedgerQuery {
-            kind: query.kind,
+            kind,
             created_after,
             created_before,
             before_seq,
@@ -342,7 +334,7 @@ pub struct LedgerEntryView {
     pub object: &'static str,
     pub id: String,
     pub seq: i64,
-    pub kind: String,
+    pub kind: LedgerKind,
     pub amount_cents: i64,
     pub balance_after_cents: i64,
     pub description: String,

@@ -17,7 +17,7 @@ use super::{
     pagination::{self, ListEnvelope},
 };
 use crate::{
-    domain::{esim as rules, ids::OrderId, partner::Mode},
+    domain::{esim as rules, ids::OrderId, partner::Mode, states::EsimStatus},
     state::AppState,
     store::{self, esims::EsimQuery},
 };
@@ -29,8 +29,8 @@ pub struct EsimView {
     pub iccid: String,
     pub order_id: String,
     pub plan_id: String,
-    pub mode: String,
-    pub status: String,
+    pub mode: Mode,
+    pub status: EsimStatus,
     pub activation_code: String,
     pub smdp_address: String,
     pub matching_id: String,
@@ -63,7 +63,7 @@ pub struct EsimsQuery {
     #[param(value_type = Option<String>, pattern = r"^po_[A-Za-z0-9_-]{1,64}$")]
     order_id: Option<String>,
     /// Only profiles in this state (`released`).
-    #[param(value_type = Option<crate::http::openapi::EsimStatus>)]
+    #[param(value_type = Option<crate::domain::states::EsimStatus>)]
     status: Option<String>,
     /// Profiles created after this instant (exclusive).
     #[param(value_type = Option<String>, format = DateTime)]
@@ -97,11 +97,7 @@ pub async fn list(
             "must be an order id beginning `po_`",
         );
     }
-    v.check(
-        query.status.as_deref().is_some_and(|s| s != "released"),
-        "status",
-        "must be released",
-    );
+    let status = pagination::parse_one_of::<EsimStatus>(query.status.as_deref(), "status", &mut v);
     let created_after =
         pagination::parse_datetime(query.created_after.as_deref(), "created_after", &mut v);
     let limit = pagination::parse_limit(query.limit.as_deref(), &mut v);
@@ -126,7 +122,7 @@ pub async fn list(
         caller.mode,
         &EsimQuery {
             order_id: query.order_id,
-            status: query.status,
+            status,
             created_after,
             before,
             limit: limit as u64 + 1,
@@ -258,7 +254,7 @@ fn qr_png(code: &qrcode::QrCode) -> Result<Vec<u8>, png::EncodingError> {
 pub struct UsageView {
     pub object: &'static str,
     pub iccid: String,
-    pub status: String,
+    pub status: EsimStatus,
     pub data_used_mb: i64,
     pub data_remaining_mb: Option<i64>,
     pub unlimited: bool,

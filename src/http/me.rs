@@ -10,7 +10,11 @@ use super::{
     error::ApiError,
     extract::{NoQuery, StrictQuery},
 };
-use crate::{state::AppState, store};
+use crate::{
+    domain::states::{AccountStatus, Mode},
+    state::AppState,
+    store,
+};
 
 /// The Partner resource.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -19,8 +23,8 @@ pub struct PartnerView {
     pub id: String,
     pub name: String,
     pub slug: String,
-    pub status: String,
-    pub mode: &'static str,
+    pub status: AccountStatus,
+    pub mode: Mode,
     pub tier: String,
     pub key: Option<KeyView>,
     /// `read`, `write`, `supplier` and `catalogue`, each `{limit, window_seconds}`.
@@ -35,7 +39,7 @@ pub struct KeyView {
     pub id: String,
     pub label: String,
     pub last4: String,
-    pub mode: String,
+    pub mode: Mode,
     pub expires_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
 }
@@ -81,7 +85,7 @@ pub async fn me(
         name: partner.name,
         slug: partner.slug,
         status: partner.status,
-        mode: caller.mode.as_str(),
+        mode: caller.mode,
         tier: partner.tier,
         key,
         rate_limits: Value::Object(rate_limits),
@@ -98,7 +102,7 @@ pub struct BalanceView {
     pub tier: String,
     pub discount_bps: i64,
     pub low_balance_threshold_cents: i64,
-    pub mode: &'static str,
+    pub mode: Mode,
 }
 
 #[utoipa::path(
@@ -129,6 +133,6 @@ pub async fn balance(
         tier: partner.tier,
         discount_bps,
         low_balance_threshold_cents: partner.low_balance_threshold_cents,
-        mode: caller.mode.as_str(),
+        mode: caller.mode,
     }))
 }

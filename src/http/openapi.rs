@@ -26,6 +26,9 @@ use utoipa::{
 use serde_json::Value;
 
 use super::{deposits, error::ErrorCode, esims, health, me, orders, plans};
+use crate::domain::states::{
+    AccountStatus, DepositStatus, EsimStatus, FailureCode, LedgerKind, Mode, OrderStatus,
+};
 
 /// Name of the bearer security scheme in the document.
 const BEARER: &str = "bearer";
@@ -60,7 +63,10 @@ Amounts are integer cents. Every error has the same body; branch on `error.code`
         esims::install,
         esims::usage,
     ),
-    components(schemas(PlanType, Unlimited, DepositStatus, LedgerKind, OrderStatus, EsimStatus)),
+    components(schemas(
+        PlanType, Unlimited, DepositStatus, LedgerKind, OrderStatus, EsimStatus, Mode, AccountStatus,
+        FailureCode,
+    )),
     modifiers(&CommonParts),
     tags(
         (name = "account", description = "The partner, its balance and its ledger."),
@@ -132,46 +138,6 @@ pub enum PlanType {
 pub enum Unlimited {
     True,
     False,
-}
-
-/// Deposit states.
-#[derive(utoipa::ToSchema)]
-#[schema(rename_all = "snake_case")]
-pub enum DepositStatus {
-    Pending,
-    Credited,
-    Cancelled,
-    Refunded,
-    Reversed,
-}
-
-/// Ledger entry kinds.
-#[derive(utoipa::ToSchema)]
-#[schema(rename_all = "snake_case")]
-pub enum LedgerKind {
-    Deposit,
-    Purchase,
-    Refund,
-    Adjustment,
-    Payout,
-    Chargeback,
-}
-
-/// Order states.
-#[derive(utoipa::ToSchema)]
-#[schema(rename_all = "snake_case")]
-pub enum OrderStatus {
-    Processing,
-    Completed,
-    PartiallyCompleted,
-    Failed,
-}
-
-/// Profile states a list can be filtered by.
-#[derive(utoipa::ToSchema)]
-#[schema(rename_all = "snake_case")]
-pub enum EsimStatus {
-    Released,
 }
 
 /// The served document, built once.
@@ -441,6 +407,7 @@ fn add_links(path: &str, method: HttpMethod, operation: &mut Operation) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::states::Vocabulary;
 
     #[test]
     fn every_partner_operation_has_an_operation_id_and_x_request_id() {
@@ -474,11 +441,16 @@ mod tests {
     }
 
     #[test]
-    fn documented_enums_are_the_values_the_handlers_accept() {
-        use crate::{domain::order::STATUSES as ORDER, store::deposits::STATUSES as DEPOSIT};
-        assert_eq!(enum_of("OrderStatus"), ORDER);
-        assert_eq!(enum_of("DepositStatus"), DEPOSIT);
-        assert_eq!(enum_of("LedgerKind"), crate::http::deposits::LEDGER_KINDS);
+    fn documented_enums_are_the_stored_vocabularies() {
+        fn words<T: Vocabulary>() -> Vec<String> {
+            T::ALL.iter().map(|value| value.word().to_owned()).collect()
+        }
+        assert_eq!(enum_of("OrderStatus"), words::<OrderStatus>());
+        assert_eq!(enum_of("DepositStatus"), words::<DepositStatus>());
+        assert_eq!(enum_of("LedgerKind"), words::<LedgerKind>());
+        assert_eq!(enum_of("Mode"), words::<Mode>());
+        assert_eq!(enum_of("AccountStatus"), words::<AccountStatus>());
+        assert_eq!(enum_of("FailureCode"), words::<FailureCode>());
     }
 
     #[test]

@@ -32,8 +32,9 @@ use crate::{
     domain::{
         idempotency::{MAX_KEY_LEN, MIN_KEY_LEN, fingerprint},
         ids::{OrderId, check_id},
-        order::{PROCESSING, STATUSES},
+        order::{FailureCode, OrderStatus},
         ordering::Refusal,
+        partner::Mode,
         pricing::{self, Unavailable, discount_from_prices},
         time,
     },
@@ -55,8 +56,8 @@ const POLL_AFTER_MS: u64 = 1000;
 pub struct OrderView {
     pub object: &'static str,
     pub id: String,
-    pub mode: String,
-    pub status: String,
+    pub mode: Mode,
+    pub status: OrderStatus,
     pub plan_id: String,
     pub quantity: i32,
     pub unit_price_cents: i64,
@@ -69,7 +70,7 @@ pub struct OrderView {
     #[schema(value_type = Object)]
     pub metadata: Value,
     pub esims: Vec<EsimView>,
-    pub failure_code: Option<String>,
+    pub failure_code: Option<FailureCode>,
     pub poll_after_ms: Option<u64>,
     pub created_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
@@ -77,7 +78,7 @@ pub struct OrderView {
 
 impl OrderView {
     pub fn new(order: order::Model, esims: Vec<esim::Model>) -> Self {
-        let processing = order.status == PROCESSING;
+        let processing = order.status == OrderStatus::Processing;
         Self {
             object: "order",
             discount_bps: discount_from_prices(order.list_unit_cents, order.unit_price_cents),
@@ -309,7 +310,7 @@ fn price_order(
     Ok(order::Model {
         id: OrderId::generate().into_string(),
         partner_id: caller.partner_id().to_owned(),
-        mode: caller.mode.as_str().to_owned(),
+        mode: caller.mode,
         idempotency_key: key.to_owned(),
         plan_id: plan.id.clone(),
         quantity: valid.quantity as i32,
@@ -318,7 +319,7 @@ fn price_order(
         list_unit_cents: plan.list_price_cents,
         price_source: rate.source.label(),
         metadata: valid.metadata.clone(),
-        status: PROCESSING.to_owned(),
+        status: OrderStatus::Processing,
         failure_code: None,
         refunded_cents: 0,
         attempts: 0,
@@ -412,7 +413,7 @@ pub async fn show(
 #[into_params(parameter_in = Query)]
 pub struct OrdersQuery {
     /// Only orders in this state.
-    #[param(value_type = Option<crate::http::openapi::OrderStatus>)]
+    #[param(value_type = Option<crate::domain::states::OrderStatus>)]
     status: Option<String>,
     /// Orders created after this instant (exclusive).
     #[param(value_type = Option<String>, format = DateTime)]
@@ -442,7 +443,7 @@ pub async fn list(
     StrictQuery(query): StrictQuery<OrdersQuery>,
 ) -> Result<Json<ListEnvelope<OrderView>>, ApiError> {
     let mut v = Violations::default();
-    pagination::check_one_of(query.status.as_deref(), "status", &STATUSES, &mut v);
+    let status = pagination::parse_one_of::<OrderStatus>(query.status.as_deref(), "status", &mut v);
     let created_after =
         pagination::parse_datetime(query.created_after.as_deref(), "created_after", &mut v);
     let created_before =
@@ -469,7 +470,7 @@ pub async fn list(
         caller.partner_id(),
         caller.mode,
         &OrderQuery {
-            status: query.status,
+            status,
             created_after,
             created_before,
             before,

@@ -4,7 +4,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::error::{ApiError, Violations};
-use crate::domain::cursor::{CursorCodec, MAX_LEN};
+use crate::domain::{
+    cursor::{CursorCodec, MAX_LEN},
+    states::Vocabulary,
+};
 
 /// A page cut from rows fetched with one row more than the limit: the rows,
 /// whether more follow, and the cursor after the last row.
@@ -90,13 +93,20 @@ pub fn decode_keyset<K>(
         .transpose()
 }
 
-/// Records a violation if an optional enum parameter is not one of `allowed`.
-pub fn check_one_of(raw: Option<&str>, param: &str, allowed: &[&str], v: &mut Violations) {
-    v.check(
-        raw.is_some_and(|value| !allowed.contains(&value)),
-        param,
-        format!("must be one of {}", allowed.join(", ")),
-    );
+/// Parses an optional parameter that must be a word of a closed
+/// vocabulary; any other word is a violation naming the allowed ones.
+pub fn parse_one_of<T: Vocabulary>(
+    raw: Option<&str>,
+    param: &str,
+    v: &mut Violations,
+) -> Option<T> {
+    let raw = raw?;
+    let parsed = T::from_word(raw);
+    if parsed.is_none() {
+        let words: Vec<&str> = T::ALL.iter().map(|value| value.word()).collect();
+        v.add(param, format!("must be one of {}", words.join(", ")));
+    }
+    parsed
 }
 
 /// Parses an optional integer parameter with a lower bound.

@@ -70,7 +70,7 @@ pub async fn issue(
     let partner = store::partners::find(&state.db, id.as_str())
         .await?
         .ok_or_else(partner_not_found)?;
-    if Status::parse(&partner.status) == Some(Status::Closed) {
+    if partner.status == Status::Closed {
         return Err(ApiError::new(ErrorCode::Conflict)
             .with_message("The partner is closed; no key can be issued."));
     }
@@ -81,7 +81,7 @@ pub async fn issue(
         NewKey {
             id: KeyId::generate().into_string(),
             partner_id: partner.id,
-            mode: mode.as_str().to_owned(),
+            mode,
             label: if label.is_empty() {
                 format!("{} key", mode.as_str())
             } else {
@@ -153,8 +153,7 @@ pub async fn rotate(
         return Err(ApiError::new(ErrorCode::Conflict)
             .with_message("The key is revoked; issue a new key instead."));
     }
-    let mode = Mode::parse(&old.mode)
-        .ok_or_else(|| ApiError::internal("stored key has an unknown mode"))?;
+    let mode = old.mode;
     let now = time::now();
     let issued = api_key::issue(mode);
     let cidrs = old
@@ -167,7 +166,7 @@ pub async fn rotate(
         NewKey {
             id: KeyId::generate().into_string(),
             partner_id: old.partner_id.clone(),
-            mode: old.mode.clone(),
+            mode: old.mode,
             label: old.label.clone(),
             secret_hash: issued.hash,
             last4: issued.last4,

@@ -18,7 +18,12 @@ use serde_json::{Value, json};
 use super::partners::{parse_partner_id, partner_not_found};
 use crate::{
     actors::account::Movement,
+    domain::{
+        partner::Status,
+        states::{LedgerKind, ReviewStatus},
+    },
     http::error::{ApiError, Violations},
+    http::pagination::parse_one_of,
     http::{deposits::LedgerEntryView, extract::StrictJson},
     state::AppState,
     store,
@@ -44,9 +49,12 @@ pub async fn create_movement(
 ) -> Result<(StatusCode, Json<LedgerEntryView>), ApiError> {
     let id = parse_partner_id(&id)?;
     let mut v = Violations::default();
-    match body.kind.as_str() {
-        "adjustment" => v.check(body.amount_cents == 0, "amount_cents", "must not be zero"),
-        "payout" | "chargeback" => v.check(
+    let kind = LedgerKind::parse(&body.kind);
+    match kind {
+        Some(LedgerKind::Adjustment) => {
+            v.check(body.amount_cents == 0, "amount_cents", "must not be zero")
+        }
+        Some(LedgerKind::Payout | LedgerKind::Chargeback) => v.check(
             body.amount_cents >= 0,
             "amount_cents",
             "must be negative for a payout or a chargeback",
@@ -65,12 +73,18 @@ pub async fn create_movement(
         "must be 1 to 255 characters",
     );
     v.into_result()?;
+    let Some(kind) = kind else {
+        return Err(ApiError::invalid(
+            "kind",
+            "must be adjustment, payout or chargeback",
+        ));
+    };
     store::partners::find(&state.db, id.as_str())
         .await?
         .ok_or_else(partner_not_found)?;
     let movement = Movement {
-        allow_overdraft: body.kind == "chargeback",
-        kind: body.kind,
+        allow_overdraft: kind == LedgerKind::Chargeback,
+        kind,
         amount_cents: body.amount_cents,
         description,
     };
@@ -143,7 +157,7 @@ pub async fn create_wire_deposit(
     let partner = store::partners::find(&state.db, id.as_str())
         .await?
         .ok_or_else(partner_not_found)?;
-    if partner.status == "closed" {
+    if partner.status == Status::Closed {
         return Err(ApiError::new(crate::http::error::ErrorCode::Conflict)
             .with_message("The account is closed; a person must decide where the money goes."));
     }
@@ -168,14 +182,10 @@ pub async fn list_reviews(
     State(state): State<AppState>,
     crate::http::extract::StrictQuery(query): crate::http::extract::StrictQuery<ReviewsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    if query
-        .status
-        .as_deref()
-        .is_some_and(|s| s != "open" && s != "resolved")
-    {
-        return Err(ApiError::invalid("status", "must be open or resolved"));
-    }
-    let rows = store::deposits::reviews(&state.db, query.status.as_deref()).await?;
+    let mut v = Violations::default();
+    let status = parse_one_of::<ReviewStatus>(query.status.as_deref(), "status", &mut v);
+    v.into_result()?;
+    let rows = store::deposits::reviews(&state.db, status).await?;
     Ok(Json(
         json!({ "object": "list", "data": rows.into_iter().map(review_json).collect::<Vec<_>>() }),
     ))

@@ -11,12 +11,13 @@ use super::{double_option, views::OperatorPartner};
 use crate::{
     domain::{
         ids::PartnerId,
-        partner::{Status, is_valid_slug, slugify},
+        partner::{Status, is_valid_slug, may_become, slugify},
         time,
     },
     http::{
         error::{ApiError, ErrorCode, Violations},
         extract::StrictJson,
+        pagination::parse_one_of,
     },
     state::AppState,
     store::{
@@ -78,7 +79,7 @@ pub async fn create(
     let new = NewPartner {
         name,
         slug,
-        status: status.unwrap_or(Status::Pending).as_str().to_owned(),
+        status: status.unwrap_or(Status::Pending),
         tier: body.tier,
         discount_override_bps: body.discount_override_bps.map(|d| d as i32),
         low_balance_threshold_cents: threshold,
@@ -134,19 +135,14 @@ pub async fn update(
         .ok_or_else(partner_not_found)?;
 
     let mut v = Violations::default();
-    let next_status = body.status.as_deref().map(Status::parse);
-    if let Some(next) = next_status {
-        match (next, Status::parse(&current.status)) {
-            (None, _) => v.add(
-                "status",
-                "must be one of sandbox, pending, live, suspended, closed",
-            ),
-            (Some(next), Some(now)) if !now.can_become(next) => v.add(
-                "status",
-                format!("cannot move from {} to {}", now.as_str(), next.as_str()),
-            ),
-            _ => {}
-        }
+    let next_status = parse_one_of::<Status>(body.status.as_deref(), "status", &mut v);
+    if let Some(next) = next_status
+        && !may_become(current.status, next)
+    {
+        v.add(
+            "status",
+            format!("cannot move from {} to {}", current.status, next),
+        );
     }
     if let Some(tier) = &body.tier {
         check_tier(&state, &mut v, tier);
@@ -162,7 +158,7 @@ pub async fn update(
     v.into_result()?;
 
     let changes = PartnerChanges {
-        status: body.status,
+        status: next_status,
         tier: body.tier,
         discount_override_bps: body.discount_override_bps.map(|d| d.map(|bps| bps as i32)),
         low_balance_threshold_cents: body.low_balance_threshold_cents,

@@ -4,7 +4,10 @@ use chrono::{DateTime, Utc};
 use entities::{api_key, partner};
 use serde::Serialize;
 
-use crate::store::partners::PartnerWithFloats;
+use crate::{
+    domain::partner::{Mode, Status},
+    store::partners::PartnerWithFloats,
+};
 
 /// A partner as operators see it: terms and both floats.
 #[derive(Debug, Serialize)]
@@ -13,7 +16,7 @@ pub struct OperatorPartner {
     pub id: String,
     pub name: String,
     pub slug: String,
-    pub status: String,
+    pub status: Status,
     pub tier: String,
     pub discount_override_bps: Option<i32>,
     pub low_balance_threshold_cents: i64,
@@ -67,7 +70,7 @@ pub struct OperatorKey {
     pub object: &'static str,
     pub id: String,
     pub partner_id: String,
-    pub mode: String,
+    pub mode: Mode,
     pub label: String,
     pub last4: String,
     pub allowed_cidrs: Option<serde_json::Value>,

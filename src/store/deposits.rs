@@ -8,15 +8,13 @@ use sea_orm::{
 };
 
 use super::orders::{LedgerRow, insert_ledger, move_money};
-use crate::domain::{ids::DepositId, partner::Mode};
+use crate::domain::{
+    ids::DepositId,
+    partner::Mode,
+    states::{DepositStatus, LedgerKind, ReviewReason, ReviewStatus},
+};
 
-/// Deposit statuses.
-pub const PENDING: &str = "pending";
-pub const CREDITED: &str = "credited";
-pub const CANCELLED: &str = "cancelled";
-pub const REFUNDED: &str = "refunded";
-/// Every status a filter accepts.
-pub const STATUSES: [&str; 5] = [PENDING, CREDITED, CANCELLED, REFUNDED, "reversed"];
+use DepositStatus::{Cancelled, Credited, Pending};
 
 pub async fn insert<C: ConnectionTrait>(
     db: &C,
@@ -56,7 +54,7 @@ pub async fn find<C: ConnectionTrait>(
 pub async fn list<C: ConnectionTrait>(
     db: &C,
     partner_id: &str,
-    status: Option<&str>,
+    status: Option<DepositStatus>,
     before: Option<(DateTime<Utc>, String)>,
     limit: u64,
 ) -> Result<Vec<deposit::Model>, DbErr> {
@@ -91,17 +89,17 @@ pub async fn needing_sync<C: ConnectionTrait>(
 ) -> Result<Vec<deposit::Model>, DbErr> {
     deposit::Entity::find()
         .filter(deposit::Column::Method.eq("crypto"))
-        .filter(deposit::Column::Status.is_in([PENDING, CANCELLED]))
+        .filter(deposit::Column::Status.is_in([Pending, Cancelled]))
         .filter(
             Condition::any()
                 .add(
                     Condition::all()
-                        .add(deposit::Column::Status.eq(PENDING))
+                        .add(deposit::Column::Status.eq(Pending))
                         .add(deposit::Column::ExpiresAt.lt(now)),
                 )
                 .add(
                     Condition::all()
-                        .add(deposit::Column::Status.eq(PENDING))
+                        .add(deposit::Column::Status.eq(Pending))
                         .add(deposit::Column::UpdatedAt.lt(stale_before)),
                 )
                 // A lapsed invoice is still watched by the provider for a
@@ -110,7 +108,7 @@ pub async fn needing_sync<C: ConnectionTrait>(
                 // there and must not wait for a webhook that may be lost.
                 .add(
                     Condition::all()
-                        .add(deposit::Column::Status.eq(CANCELLED))
+                        .add(deposit::Column::Status.eq(Cancelled))
                         .add(deposit::Column::CreatedAt.gt(now - chrono::Duration::days(2)))
                         .add(deposit::Column::UpdatedAt.lt(stale_before)),
                 ),
@@ -125,8 +123,8 @@ pub async fn needing_sync<C: ConnectionTrait>(
 pub async fn transition<C: ConnectionTrait>(
     db: &C,
     id: &str,
-    from: &[&str],
-    to: &str,
+    from: &[DepositStatus],
+    to: DepositStatus,
     now: DateTime<Utc>,
 ) -> Result<bool, DbErr> {
     let result = deposit::Entity::update_many()
@@ -169,7 +167,7 @@ pub async fn credit<C: ConnectionTrait>(
         LedgerRow {
             partner_id: &deposit.partner_id,
             seq,
-            kind: "deposit",
+            kind: LedgerKind::Deposit,
             amount_cents,
             balance_after_cents: balance_after,
             description: format!("{} deposit {}", deposit.method, deposit.id),
@@ -181,7 +179,7 @@ pub async fn credit<C: ConnectionTrait>(
     )
     .await?;
     let moved = deposit::Entity::update_many()
-        .col_expr(deposit::Column::Status, Expr::value(CREDITED))
+        .col_expr(deposit::Column::Status, Expr::value(Credited))
         .col_expr(
             deposit::Column::CreditedCents,
             Expr::value(Some(amount_cents)),
@@ -202,7 +200,7 @@ pub async fn credit<C: ConnectionTrait>(
         )
         .col_expr(deposit::Column::UpdatedAt, Expr::value(now))
         .filter(deposit::Column::Id.eq(deposit.id.as_str()))
-        .filter(deposit::Column::Status.is_in([PENDING, CANCELLED]))
+        .filter(deposit::Column::Status.is_in([Pending, Cancelled]))
         .exec(txn)
         .await?;
     if moved.rows_affected != 1 {
@@ -223,7 +221,7 @@ pub async fn record_wire<C: ConnectionTrait>(
     let row = deposit::Model {
         id: DepositId::generate().into_string(),
         partner_id: partner_id.to_owned(),
-        status: PENDING.to_owned(),
+        status: Pending,
         method: "wire".to_owned(),
         requested_cents: amount_cents,
         credited_cents: None,
@@ -250,7 +248,7 @@ pub async fn record_wire<C: ConnectionTrait>(
 pub async fn raise_review<C: ConnectionTrait>(
     db: &C,
     deposit: &deposit::Model,
-    reason: &str,
+    reason: ReviewReason,
     detail: &str,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
@@ -258,16 +256,16 @@ pub async fn raise_review<C: ConnectionTrait>(
         id: format!("rev_{}", crate::domain::ids::new_suffix()),
         deposit_id: deposit.id.clone(),
         partner_id: deposit.partner_id.clone(),
-        reason: reason.to_owned(),
+        reason,
         detail: detail.chars().take(500).collect(),
-        status: "open".to_owned(),
+        status: ReviewStatus::Open,
         resolution: None,
         created_at: now,
         resolved_at: None,
     };
     match review::ActiveModel::from(row).insert(db).await {
         Ok(_) => {
-            tracing::warn!(deposit_id = %deposit.id, partner_id = %deposit.partner_id, reason, "deposit review raised");
+            tracing::warn!(deposit_id = %deposit.id, partner_id = %deposit.partner_id, reason = reason.as_str(), "deposit review raised");
             Ok(())
         }
         Err(err) if super::is_unique_violation(&err) => Ok(()),
@@ -277,7 +275,7 @@ pub async fn raise_review<C: ConnectionTrait>(
 
 pub async fn reviews<C: ConnectionTrait>(
     db: &C,
-    status: Option<&str>,
+    status: Option<ReviewStatus>,
 ) -> Result<Vec<review::Model>, DbErr> {
     let mut select = review::Entity::find();
     if let Some(status) = status {
@@ -300,7 +298,7 @@ pub async fn resolve_review<C: ConnectionTrait>(
         return Ok(None);
     };
     let mut model: review::ActiveModel = row.into();
-    model.status = sea_orm::ActiveValue::Set("resolved".into());
+    model.status = sea_orm::ActiveValue::Set(ReviewStatus::Resolved);
     model.resolution = sea_orm::ActiveValue::Set(Some(resolution.to_owned()));
     model.resolved_at = sea_orm::ActiveValue::Set(Some(now));
     model.update(db).await.map(Some)
@@ -338,7 +336,7 @@ pub async fn record_delivery<C: ConnectionTrait>(
 /// Filters of the ledger.
 #[derive(Debug, Default)]
 pub struct LedgerQuery {
-    pub kind: Option<String>,
+    pub kind: Option<LedgerKind>,
     /// Inclusive.
     pub created_after: Option<DateTime<Utc>>,
     /// Exclusive.
@@ -357,7 +355,7 @@ pub async fn ledger<C: ConnectionTrait>(
     let mut select =
         ledger_entry::Entity::find().filter(ledger_entry::Column::PartnerId.eq(partner_id));
     if let Some(kind) = &query.kind {
-        select = select.filter(ledger_entry::Column::Kind.eq(kind.as_str()));
+        select = select.filter(ledger_entry::Column::Kind.eq(*kind));
     }
     if let Some(after) = query.created_after {
         select = select.filter(ledger_entry::Column::CreatedAt.gte(after));

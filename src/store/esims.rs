@@ -7,7 +7,7 @@ use sea_orm::{
     QuerySelect,
 };
 
-use crate::domain::partner::Mode;
+use crate::domain::{partner::Mode, states::EsimStatus};
 
 /// A profile of a partner in a mode.
 pub async fn find<C: ConnectionTrait>(
@@ -27,7 +27,7 @@ pub async fn find<C: ConnectionTrait>(
 #[derive(Debug, Default)]
 pub struct EsimQuery {
     pub order_id: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<EsimStatus>,
     /// Exclusive.
     pub created_after: Option<DateTime<Utc>>,
     /// Keyset of the last row served: (created_at, iccid), newest first.
@@ -49,7 +49,7 @@ pub async fn list<C: ConnectionTrait>(
         select = select.filter(esim::Column::OrderId.eq(order_id.as_str()));
     }
     if let Some(status) = &query.status {
-        select = select.filter(esim::Column::Status.eq(status.as_str()));
+        select = select.filter(esim::Column::Status.eq(*status));
     }
     if let Some(after) = query.created_after {
         select = select.filter(esim::Column::CreatedAt.gt(after));

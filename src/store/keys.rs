@@ -7,11 +7,13 @@ use sea_orm::{
     QueryFilter,
 };
 
+use crate::domain::partner::Mode;
+
 /// A key row to insert; the secret itself is never passed here.
 pub struct NewKey {
     pub id: String,
     pub partner_id: String,
-    pub mode: String,
+    pub mode: Mode,
     pub label: String,
     pub secret_hash: String,
     pub last4: String,

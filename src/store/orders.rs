@@ -17,9 +17,10 @@ use sea_orm::{
 use super::{bulk, nodes};
 use crate::domain::{
     ids::LedgerEntryId,
-    order::{self as rules, FailureCode},
+    order::{self as rules, FailureCode, OrderStatus, UnitStatus},
     ordering::{Binding, Bound, Refusal},
     partner::Mode,
+    states::LedgerKind,
 };
 
 /// Both floats of a partner: (live, sandbox).
@@ -30,7 +31,7 @@ pub async fn balances<C: ConnectionTrait>(db: &C, partner_id: &str) -> Result<(i
         .await?;
     let of = |mode: Mode| {
         rows.iter()
-            .find(|f| f.mode == mode.as_str())
+            .find(|f| f.mode == mode)
             .map_or(0, |f| f.balance_cents)
     };
     Ok((of(Mode::Live), of(Mode::Sandbox)))
@@ -93,8 +94,7 @@ pub async fn find_bindings<C: ConnectionTrait>(
                     )));
                 }
             };
-            let mode = Mode::parse(&row.mode)
-                .ok_or_else(|| DbErr::Custom(format!("key {} has mode {}", row.key, row.mode)))?;
+            let mode = row.mode;
             Ok((
                 row.key,
                 Binding {
@@ -140,7 +140,7 @@ pub fn pending_units(order: &order::Model, now: DateTime<Utc>) -> Vec<order_unit
             id: unit_id(&order.id, n),
             order_id: order.id.clone(),
             unit_index: n,
-            status: rules::UNIT_PENDING.to_owned(),
+            status: UnitStatus::Pending,
             supplier_order_no: None,
             supplier_txn_id: None,
             attempts: 0,
@@ -205,7 +205,7 @@ async fn move_float<C: ConnectionTrait>(
         )
         .col_expr(float::Column::UpdatedAt, Expr::value(now))
         .filter(float::Column::PartnerId.eq(partner_id))
-        .filter(float::Column::Mode.eq(mode.as_str()));
+        .filter(float::Column::Mode.eq(mode));
     if mode == Mode::Live {
         update = update.col_expr(
             float::Column::NextSeq,
@@ -222,7 +222,7 @@ async fn move_float<C: ConnectionTrait>(
 pub struct LedgerRow<'a> {
     pub partner_id: &'a str,
     pub seq: i64,
-    pub kind: &'a str,
+    pub kind: LedgerKind,
     pub amount_cents: i64,
     pub balance_after_cents: i64,
     pub description: String,
@@ -240,7 +240,7 @@ pub async fn insert_ledger<C: ConnectionTrait>(
         id: LedgerEntryId::generate().into_string(),
         partner_id: row.partner_id.to_owned(),
         seq: row.seq,
-        kind: row.kind.to_owned(),
+        kind: row.kind,
         amount_cents: row.amount_cents,
         balance_after_cents: row.balance_after_cents,
         description: row.description,
@@ -279,7 +279,7 @@ pub async fn find_order<C: ConnectionTrait>(
 ) -> Result<Option<order::Model>, DbErr> {
     order::Entity::find_by_id(id.to_owned())
         .filter(order::Column::PartnerId.eq(partner_id))
-        .filter(order::Column::Mode.eq(mode.as_str()))
+        .filter(order::Column::Mode.eq(mode))
         .one(db)
         .await
 }
@@ -313,7 +313,7 @@ pub async fn get_orders<C: ConnectionTrait>(
 /// Filters of the order list.
 #[derive(Debug, Default)]
 pub struct OrderQuery {
-    pub status: Option<String>,
+    pub status: Option<OrderStatus>,
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
     /// Keyset of the last row served: (created_at, id), newest first.
@@ -330,9 +330,9 @@ pub async fn list_orders<C: ConnectionTrait>(
 ) -> Result<Vec<order::Model>, DbErr> {
     let mut select = order::Entity::find()
         .filter(order::Column::PartnerId.eq(partner_id))
-        .filter(order::Column::Mode.eq(mode.as_str()));
+        .filter(order::Column::Mode.eq(mode));
     if let Some(status) = &query.status {
-        select = select.filter(order::Column::Status.eq(status.as_str()));
+        select = select.filter(order::Column::Status.eq(*status));
     }
     if let Some(after) = query.created_after {
         select = select.filter(order::Column::CreatedAt.gt(after));
@@ -409,7 +409,7 @@ pub async fn claim<C: ConnectionTrait>(
             Expr::col(order::Column::Attempts).add(1),
         )
         .filter(order::Column::Id.eq(order_id))
-        .filter(order::Column::Status.eq(rules::PROCESSING))
+        .filter(order::Column::Status.eq(OrderStatus::Processing))
         .filter(claim_is_free(now, alive_since).add(order::Column::ClaimedBy.eq(node)))
         .exec(db)
         .await?;
@@ -426,7 +426,7 @@ pub async fn renew<C: ConnectionTrait>(
     let result = order::Entity::update_many()
         .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
         .filter(order::Column::Id.eq(order_id))
-        .filter(order::Column::Status.eq(rules::PROCESSING))
+        .filter(order::Column::Status.eq(OrderStatus::Processing))
         .filter(order::Column::ClaimedBy.eq(node))
         .exec(db)
         .await?;
@@ -435,14 +435,14 @@ pub async fn renew<C: ConnectionTrait>(
     }
     // Not renewed: either the order is final already (the pass settled it
     // a moment ago) or another node holds it.
-    let status: Option<String> = order::Entity::find_by_id(order_id.to_owned())
+    let status: Option<OrderStatus> = order::Entity::find_by_id(order_id.to_owned())
         .select_only()
         .column(order::Column::Status)
         .into_tuple()
         .one(db)
         .await?;
     Ok(match status {
-        Some(status) if status != rules::PROCESSING => Renewal::Final,
+        Some(status) if status != OrderStatus::Processing => Renewal::Final,
         _ => Renewal::Lost,
     })
 }
@@ -489,7 +489,7 @@ pub async fn stranded<C: ConnectionTrait>(
     order::Entity::find()
         .select_only()
         .column(order::Column::Id)
-        .filter(order::Column::Status.eq(rules::PROCESSING))
+        .filter(order::Column::Status.eq(OrderStatus::Processing))
         .filter(order::Column::CreatedAt.lt(older_than))
         .filter(claim_is_free(now, alive_since))
         .order_by_asc(order::Column::CreatedAt)
@@ -514,7 +514,7 @@ pub async fn held_by<C: ConnectionTrait>(db: &C, node: &str) -> Result<Vec<Strin
     order::Entity::find()
         .select_only()
         .column(order::Column::Id)
-        .filter(order::Column::Status.eq(rules::PROCESSING))
+        .filter(order::Column::Status.eq(OrderStatus::Processing))
         .filter(order::Column::ClaimedBy.eq(node))
         .order_by_asc(order::Column::CreatedAt)
         .into_tuple()
@@ -559,7 +559,7 @@ pub async fn deliver_units<C: ConnectionTrait>(
     let settled: HashSet<String> = order_unit::Entity::update_many()
         .col_expr(
             order_unit::Column::Status,
-            Expr::value(rules::UNIT_DELIVERED),
+            Expr::value(UnitStatus::Delivered),
         )
         .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
         .filter(bulk::column_in(
@@ -567,7 +567,7 @@ pub async fn deliver_units<C: ConnectionTrait>(
             order_unit::Column::Id,
             profiles.iter().map(|p| p.unit_id.as_str()),
         ))
-        .filter(order_unit::Column::Status.eq(rules::UNIT_PENDING))
+        .filter(order_unit::Column::Status.eq(UnitStatus::Pending))
         .exec_with_returning(txn)
         .await?
         .into_iter()
@@ -606,7 +606,7 @@ pub async fn refund_units<C: ConnectionTrait>(
     let mut refunded: Vec<String> = order_unit::Entity::update_many()
         .col_expr(
             order_unit::Column::Status,
-            Expr::value(rules::UNIT_REFUNDED),
+            Expr::value(UnitStatus::Refunded),
         )
         .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
         .filter(bulk::column_in(
@@ -615,7 +615,7 @@ pub async fn refund_units<C: ConnectionTrait>(
             unit_ids.iter().map(String::as_str),
         ))
         .filter(order_unit::Column::OrderId.eq(order.id.as_str()))
-        .filter(order_unit::Column::Status.eq(rules::UNIT_PENDING))
+        .filter(order_unit::Column::Status.eq(UnitStatus::Pending))
         .exec_with_returning(txn)
         .await?
         .into_iter()
@@ -625,7 +625,7 @@ pub async fn refund_units<C: ConnectionTrait>(
         return Ok(None);
     }
     refunded.sort_unstable();
-    let mode = mode_of(order)?;
+    let mode = order.mode;
     let count = refunded.len() as i64;
     let total = order.unit_price_cents * count;
     let float = move_float(txn, &order.partner_id, mode, total, count, false, now)
@@ -641,7 +641,7 @@ pub async fn refund_units<C: ConnectionTrait>(
                     id: LedgerEntryId::generate().into_string(),
                     partner_id: order.partner_id.clone(),
                     seq,
-                    kind: "refund".to_owned(),
+                    kind: LedgerKind::Refund,
                     amount_cents: order.unit_price_cents,
                     balance_after_cents: balance,
                     description: format!(
@@ -662,7 +662,7 @@ pub async fn refund_units<C: ConnectionTrait>(
             order::Column::RefundedCents,
             Expr::col(order::Column::RefundedCents).add(total),
         )
-        .col_expr(order::Column::FailureCode, Expr::value(failure.as_str()))
+        .col_expr(order::Column::FailureCode, Expr::value(failure))
         .filter(order::Column::Id.eq(order.id.as_str()))
         .exec(txn)
         .await?;
@@ -673,9 +673,9 @@ pub async fn refund_units<C: ConnectionTrait>(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settled {
     /// The final status.
-    pub status: &'static str,
-    pub mode: String,
-    pub failure_code: Option<String>,
+    pub status: OrderStatus,
+    pub mode: Mode,
+    pub failure_code: Option<FailureCode>,
     /// When it was accepted.
     pub created_at: DateTime<Utc>,
 }
@@ -704,7 +704,7 @@ pub async fn finalize_many<C: ConnectionTrait>(
     if order_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let counts: Vec<(String, String, i64)> = order_unit::Entity::find()
+    let counts: Vec<(String, UnitStatus, i64)> = order_unit::Entity::find()
         .select_only()
         .column(order_unit::Column::OrderId)
         .column(order_unit::Column::Status)
@@ -721,14 +721,14 @@ pub async fn finalize_many<C: ConnectionTrait>(
         .await?;
     let mut tally: HashMap<&str, [usize; 3]> = HashMap::new();
     for (order_id, status, units) in &counts {
-        let slot = match status.as_str() {
-            rules::UNIT_DELIVERED => 0,
-            rules::UNIT_REFUNDED => 1,
-            _ => 2,
+        let slot = match status {
+            UnitStatus::Delivered => 0,
+            UnitStatus::Refunded => 1,
+            UnitStatus::Pending => 2,
         };
         tally.entry(order_id.as_str()).or_default()[slot] += usize::try_from(*units).unwrap_or(0);
     }
-    let mut by_status: HashMap<&'static str, Vec<&str>> = HashMap::new();
+    let mut by_status: HashMap<OrderStatus, Vec<&str>> = HashMap::new();
     for (order_id, [delivered, refunded, pending]) in &tally {
         if let Some(status) = rules::settled_status(*delivered, *refunded, *pending) {
             by_status.entry(status).or_default().push(order_id);
@@ -748,7 +748,7 @@ pub async fn finalize_many<C: ConnectionTrait>(
                 Expr::value(Option::<String>::None),
             )
             .filter(bulk::column_in(db, order::Column::Id, ids))
-            .filter(order::Column::Status.eq(rules::PROCESSING))
+            .filter(order::Column::Status.eq(OrderStatus::Processing))
             .exec_with_returning(db)
             .await?;
         settled.extend(rows.into_iter().map(|order| {
@@ -781,10 +781,7 @@ pub async fn accept_batch<C: ConnectionTrait>(
     let mut after = (None, None);
     let mut ledger_rows = Vec::new();
     for mode in [Mode::Live, Mode::Sandbox] {
-        let mine: Vec<&NewOrder> = orders
-            .iter()
-            .filter(|o| o.order.mode == mode.as_str())
-            .collect();
+        let mine: Vec<&NewOrder> = orders.iter().filter(|o| o.order.mode == mode).collect();
         if mine.is_empty() {
             continue;
         }
@@ -802,7 +799,7 @@ pub async fn accept_batch<C: ConnectionTrait>(
                         id: LedgerEntryId::generate().into_string(),
                         partner_id: partner_id.to_owned(),
                         seq,
-                        kind: "purchase".to_owned(),
+                        kind: LedgerKind::Purchase,
                         amount_cents: -new.order.total_cents,
                         balance_after_cents: balance,
                         description: format!("{} × {}", new.order.quantity, new.order.plan_id),
@@ -827,7 +824,7 @@ pub async fn accept_batch<C: ConnectionTrait>(
         .map(|o| idempotency_key::Model {
             partner_id: o.order.partner_id.clone(),
             key: o.order.idempotency_key.clone(),
-            mode: o.order.mode.clone(),
+            mode: o.order.mode,
             fingerprint: o.fingerprint.clone(),
             order_id: Some(o.order.id.clone()),
             error_status: None,
@@ -838,7 +835,7 @@ pub async fn accept_batch<C: ConnectionTrait>(
     key_rows.extend(refusals.iter().map(|r| idempotency_key::Model {
         partner_id: partner_id.to_owned(),
         key: r.key.clone(),
-        mode: r.mode.as_str().to_owned(),
+        mode: r.mode,
         fingerprint: r.fingerprint.clone(),
         order_id: None,
         error_status: None,
@@ -859,8 +856,8 @@ pub async fn live_backlog<C: ConnectionTrait>(db: &C) -> Result<HashMap<String, 
         .select_only()
         .column(order::Column::PartnerId)
         .column_as(Expr::col(order::Column::Quantity).sum(), "units")
-        .filter(order::Column::Status.eq(rules::PROCESSING))
-        .filter(order::Column::Mode.eq(Mode::Live.as_str()))
+        .filter(order::Column::Status.eq(OrderStatus::Processing))
+        .filter(order::Column::Mode.eq(Mode::Live))
         .group_by(order::Column::PartnerId)
         .into_tuple()
         .all(db)
@@ -869,15 +866,4 @@ pub async fn live_backlog<C: ConnectionTrait>(db: &C) -> Result<HashMap<String, 
         .into_iter()
         .map(|(partner, units)| (partner, u64::try_from(units.unwrap_or(0)).unwrap_or(0)))
         .collect())
-}
-
-/// The order's mode, read as stored. A value this version does not know is
-/// an error, never a guess: money must not move on the other float.
-pub fn mode_of(order: &order::Model) -> Result<Mode, DbErr> {
-    Mode::parse(&order.mode).ok_or_else(|| {
-        DbErr::Custom(format!(
-            "order {} has an unknown mode {:?}",
-            order.id, order.mode
-        ))
-    })
 }

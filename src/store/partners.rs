@@ -7,13 +7,16 @@ use sea_orm::{
     QueryFilter, TransactionSession, TransactionTrait,
 };
 
-use crate::domain::{ids::PartnerId, partner::Mode};
+use crate::domain::{
+    ids::PartnerId,
+    partner::{Mode, Status},
+};
 
 /// What the operator gives to open an account.
 pub struct NewPartner {
     pub name: String,
     pub slug: String,
-    pub status: String,
+    pub status: Status,
     pub tier: String,
     pub discount_override_bps: Option<i32>,
     pub low_balance_threshold_cents: i64,
@@ -53,7 +56,7 @@ pub async fn create<C: TransactionTrait>(
     for (mode, balance) in [(Mode::Live, 0), (Mode::Sandbox, new.sandbox_float_cents)] {
         float::ActiveModel {
             partner_id: Set(id.to_string()),
-            mode: Set(mode.as_str().to_owned()),
+            mode: Set(mode),
             balance_cents: Set(balance),
             next_seq: Set(1),
             updated_at: Set(now),
@@ -89,7 +92,7 @@ pub async fn find_with_floats<C: ConnectionTrait>(
     let balance = |mode: Mode| {
         floats
             .iter()
-            .find(|f| f.mode == mode.as_str())
+            .find(|f| f.mode == mode)
             .map_or(0, |f| f.balance_cents)
     };
     Ok(Some(PartnerWithFloats {
@@ -102,7 +105,7 @@ pub async fn find_with_floats<C: ConnectionTrait>(
 /// Changes to a partner's terms; `None` leaves a column as it is.
 #[derive(Default)]
 pub struct PartnerChanges {
-    pub status: Option<String>,
+    pub status: Option<Status>,
     pub tier: Option<String>,
     /// `Some(None)` clears the override.
     pub discount_override_bps: Option<Option<i32>>,
@@ -134,29 +137,27 @@ pub async fn update<C: ConnectionTrait>(
     model.update(db).await
 }
 
-/// The balance of one float, read fresh.
 /// A partner with the float of one mode, in one query (a join).
 pub async fn with_float<C: ConnectionTrait>(
     db: &C,
     partner_id: &str,
     mode: Mode,
 ) -> Result<Option<(partner::Model, float::Model)>, DbErr> {
-    let found = float::Entity::find_by_id((partner_id.to_owned(), mode.as_str().to_owned()))
+    let found = float::Entity::find_by_id((partner_id.to_owned(), mode))
         .find_also_related(partner::Entity)
         .one(db)
         .await?;
     Ok(found.and_then(|(float, partner)| Some((partner?, float))))
 }
 
+/// The balance of one float, read fresh.
 pub async fn float_balance<C: ConnectionTrait>(
     db: &C,
     partner_id: &str,
     mode: Mode,
 ) -> Result<Option<i64>, DbErr> {
-    Ok(
-        float::Entity::find_by_id((partner_id.to_owned(), mode.as_str().to_owned()))
-            .one(db)
-            .await?
-            .map(|f| f.balance_cents),
-    )
+    Ok(float::Entity::find_by_id((partner_id.to_owned(), mode))
+        .one(db)
+        .await?
+        .map(|f| f.balance_cents))
 }

@@ -9,13 +9,9 @@ use sea_orm::{
     sea_query::{Expr, ExprTrait},
 };
 
-use crate::domain::order as rules;
+use crate::domain::states::{SupplierOrderStatus, UnitStatus};
 
-/// Supplier order statuses.
-pub const PLACING: &str = "placing";
-pub const PLACED: &str = "placed";
-pub const ALLOCATED: &str = "allocated";
-pub const FAILED: &str = "failed";
+use SupplierOrderStatus::{Placed, Placing};
 
 /// Writes a supplier order down and gives it its units. Only units still
 /// pending and carried by no supplier order are taken; `Ok(false)` (and the
@@ -37,7 +33,7 @@ pub async fn open<C: ConnectionTrait>(
             unit_ids.iter().map(String::as_str),
         ))
         .filter(order_unit::Column::SupplierTxnId.is_null())
-        .filter(order_unit::Column::Status.eq(rules::UNIT_PENDING))
+        .filter(order_unit::Column::Status.eq(UnitStatus::Pending))
         .exec(txn)
         .await?;
     Ok(taken.rows_affected == unit_ids.len() as u64)
@@ -85,10 +81,10 @@ pub async fn placed<C: ConnectionTrait>(
 ) -> Result<(), DbErr> {
     supplier_order::Entity::update_many()
         .col_expr(supplier_order::Column::OrderNo, Expr::value(Some(order_no)))
-        .col_expr(supplier_order::Column::Status, Expr::value(PLACED))
+        .col_expr(supplier_order::Column::Status, Expr::value(Placed))
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
         .filter(supplier_order::Column::Id.eq(id))
-        .filter(supplier_order::Column::Status.eq(PLACING))
+        .filter(supplier_order::Column::Status.eq(Placing))
         .exec(db)
         .await
         .map(|_| ())
@@ -98,7 +94,7 @@ pub async fn placed<C: ConnectionTrait>(
 pub async fn finish<C: ConnectionTrait>(
     db: &C,
     id: &str,
-    status: &str,
+    status: SupplierOrderStatus,
     error: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
@@ -111,7 +107,7 @@ pub async fn finish<C: ConnectionTrait>(
     }
     update
         .filter(supplier_order::Column::Id.eq(id))
-        .filter(supplier_order::Column::Status.is_in([PLACING, PLACED]))
+        .filter(supplier_order::Column::Status.is_in([Placing, Placed]))
         .exec(db)
         .await
         .map(|_| ())

@@ -737,7 +737,7 @@ async fn a_payment_on_a_closed_account_is_never_credited_and_raises_a_review() {
     assert!(stored_ledger(&app, &partner_id).await.is_empty());
     for (id, status) in [(&pending, "pending"), (&lapsed, "cancelled")] {
         let stored = stored_deposit(&app, id).await;
-        assert_eq!(stored.status, status, "unchanged: {stored:?}");
+        assert_eq!(stored.status.as_str(), status, "unchanged: {stored:?}");
         assert_eq!(stored.credited_cents, None);
         assert_eq!(stored.ledger_entry_id, None);
         assert_eq!(stored.credited_at, None);

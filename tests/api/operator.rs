@@ -207,7 +207,7 @@ async fn issued_keys_have_the_spec_form_and_only_their_hash_is_stored() {
             !dump.contains(live_secret) && !dump.contains(sandbox_secret),
             "a secret is stored in clear"
         );
-        let secret = if row.mode == "live" {
+        let secret = if row.mode.as_str() == "live" {
             live_secret
         } else {
             sandbox_secret

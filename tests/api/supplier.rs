@@ -339,7 +339,7 @@ async fn units_pending_at_the_upgrade_keep_their_own_id_as_their_transaction_id(
     entities::order::ActiveModel::from(entities::order::Model {
         id: "po_upgrade".into(),
         partner_id: "pt_upgrade".into(),
-        mode: "live".into(),
+        mode: entities::states::Mode::Live,
         idempotency_key: "upgrade-key-0001".into(),
         plan_id: "pl_fr_1gb_7d".into(),
         quantity: 2,
@@ -348,7 +348,7 @@ async fn units_pending_at_the_upgrade_keep_their_own_id_as_their_transaction_id(
         list_unit_cents: 349,
         price_source: "tier:bronze".into(),
         metadata: json!({}),
-        status: "processing".into(),
+        status: entities::states::OrderStatus::Processing,
         failure_code: None,
         refunded_cents: 0,
         attempts: 0,
@@ -388,6 +388,6 @@ async fn units_pending_at_the_upgrade_keep_their_own_id_as_their_transaction_id(
     assert_eq!(carriers[0].id, "po_upgrade_2");
     assert_eq!(carriers[0].unit_count, 1);
     assert_eq!(carriers[0].package_code, "pl_fr_1gb_7d");
-    assert_eq!(carriers[0].mode, "live");
-    assert_eq!(carriers[0].status, "placing");
+    assert_eq!(carriers[0].mode.as_str(), "live");
+    assert_eq!(carriers[0].status.as_str(), "placing");
 }

@@ -229,7 +229,7 @@ pub(super) fn announce(state: &AccountState, decision: &Result<Decision, Account
     let Ok(Decision::Accepted(order)) = decision else {
         return;
     };
-    crate::metrics::order_accepted(&order.mode);
+    crate::metrics::order_accepted(order.mode.as_str());
     if let Some(provisioning) = &state.args.provisioning {
         provisioning.send(ProvisioningMsg::Provision {
             order_id: order.id.clone(),

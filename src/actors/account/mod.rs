@@ -29,6 +29,7 @@ use crate::{
         order::FailureCode,
         ordering::{self, Binding, Bound, Floats, OrderRequest, Outcome, Priced, Refusal},
         partner::Mode,
+        states::{DepositStatus, LedgerKind},
         time,
     },
     store::{
@@ -163,8 +164,8 @@ type Pending = (
 /// An operator's money movement.
 #[derive(Debug, Clone)]
 pub struct Movement {
-    /// `adjustment`, `payout`, `chargeback`.
-    pub kind: String,
+    /// `adjustment`, `payout` or `chargeback`.
+    pub kind: LedgerKind,
     /// Signed cents.
     pub amount_cents: i64,
     pub description: String,
@@ -391,6 +392,7 @@ mod tests {
     use super::*;
     use crate::{
         config::DatabaseSettings,
+        domain::{partner::Status, states::OrderStatus},
         store::partners::{NewPartner, create},
     };
 
@@ -409,7 +411,7 @@ mod tests {
             NewPartner {
                 name: "T".into(),
                 slug: "t".into(),
-                status: "live".into(),
+                status: Status::Live,
                 tier: "gold".into(),
                 discount_override_bps: None,
                 low_balance_threshold_cents: 0,
@@ -430,7 +432,7 @@ mod tests {
             ask: Ok(order::Model {
                 id: crate::domain::ids::OrderId::generate().into_string(),
                 partner_id: partner_id.into(),
-                mode: "sandbox".into(),
+                mode: Mode::Sandbox,
                 idempotency_key: key.into(),
                 plan_id: "pl_x".into(),
                 quantity: 1,
@@ -439,7 +441,7 @@ mod tests {
                 list_unit_cents: total,
                 price_source: "tier:gold".into(),
                 metadata: json!({}),
-                status: "processing".into(),
+                status: OrderStatus::Processing,
                 failure_code: None,
                 refunded_cents: 0,
                 attempts: 0,
@@ -588,7 +590,7 @@ mod tests {
             NewPartner {
                 name: "R".into(),
                 slug: "r".into(),
-                status: "live".into(),
+                status: Status::Live,
                 tier: "gold".into(),
                 discount_override_bps: None,
                 low_balance_threshold_cents: 0,

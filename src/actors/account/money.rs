@@ -15,7 +15,7 @@ pub(super) async fn refund(
     let Some(order) = store::orders::get_order(&db, order_id).await? else {
         return Ok(());
     };
-    let mode = store::orders::mode_of(&order)?;
+    let mode = order.mode;
     let now = time::now();
     let txn = store::begin_write(&db).await?;
     let refunded = store::orders::refund_units(&txn, &order, unit_ids, failure, now).await?;
@@ -62,7 +62,7 @@ pub(super) async fn apply_movement(
         store::orders::LedgerRow {
             partner_id: &state.args.partner_id,
             seq,
-            kind: &movement.kind,
+            kind: movement.kind,
             amount_cents: movement.amount_cents,
             balance_after_cents: balance_after,
             description: movement.description,
@@ -96,7 +96,10 @@ pub(super) async fn credit_deposit(
             txn.commit().await?;
             state.floats.live = balance_after;
             tracing::info!(partner_id = %deposit.partner_id, deposit_id, amount_cents = amount, ledger_entry_id = %entry.id, "deposit credited");
-            crate::metrics::deposit_transition(&deposit.status, store::deposits::CREDITED);
+            crate::metrics::deposit_transition(
+                deposit.status.as_str(),
+                DepositStatus::Credited.as_str(),
+            );
             Ok(true)
         }
         Ok(None) => Ok(false),
@@ -120,7 +123,7 @@ pub(super) async fn wire_deposit(
             txn.commit().await?;
             state.floats.live = balance_after;
             tracing::info!(partner_id = %deposit.partner_id, deposit_id = %deposit.id, amount_cents = amount, "wire deposit recorded");
-            crate::metrics::deposit_transition("none", store::deposits::CREDITED);
+            crate::metrics::deposit_transition("none", DepositStatus::Credited.as_str());
             Ok(deposit)
         }
         Err(err) if store::is_unique_violation(&err) => Err(AccountError::Conflict {
