@@ -1,0 +1,157 @@
+//! Which node works on an order: claims with a lease, their renewal and
+//! release, orders stranded by a dead node, and the live backlog.
+
+use super::*;
+
+/// Claims an order for provisioning by `node` until `until`: it succeeds
+/// when nobody holds the order, the holder's claim has lapsed, the holder
+/// is not alive (no heartbeat since `alive_since`, or it stopped), or `node`
+/// holds it already (the claim made at acceptance, or one of its earlier
+/// incarnation). Counts a pass.
+pub async fn claim<C: ConnectionTrait>(
+    db: &C,
+    order_id: &str,
+    node: &str,
+    now: DateTime<Utc>,
+    until: DateTime<Utc>,
+    alive_since: DateTime<Utc>,
+) -> Result<bool, DbErr> {
+    let result = order::Entity::update_many()
+        .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
+        .col_expr(order::Column::ClaimedBy, Expr::value(Some(node)))
+        .col_expr(
+            order::Column::Attempts,
+            Expr::col(order::Column::Attempts).add(1),
+        )
+        .filter(order::Column::Id.eq(order_id))
+        .filter(order::Column::Status.eq(OrderStatus::Processing))
+        .filter(claim_is_free(now, alive_since).add(order::Column::ClaimedBy.eq(node)))
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected == 1)
+}
+
+/// Extends `node`'s claim on an order to `until`, or says why it could not.
+pub async fn renew<C: ConnectionTrait>(
+    db: &C,
+    order_id: &str,
+    node: &str,
+    until: DateTime<Utc>,
+) -> Result<Renewal, DbErr> {
+    let result = order::Entity::update_many()
+        .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
+        .filter(order::Column::Id.eq(order_id))
+        .filter(order::Column::Status.eq(OrderStatus::Processing))
+        .filter(order::Column::ClaimedBy.eq(node))
+        .exec(db)
+        .await?;
+    if result.rows_affected == 1 {
+        return Ok(Renewal::Renewed);
+    }
+    // Not renewed: either the order is final already (the pass settled it
+    // a moment ago) or another node holds it.
+    let status: Option<OrderStatus> = order::Entity::find_by_id(order_id.to_owned())
+        .select_only()
+        .column(order::Column::Status)
+        .into_tuple()
+        .one(db)
+        .await?;
+    Ok(match status {
+        Some(status) if status != OrderStatus::Processing => Renewal::Final,
+        _ => Renewal::Lost,
+    })
+}
+
+/// What renewing a claim found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The claim is this node's for another lease.
+    Renewed,
+    /// The order is settled: there is nothing left to hold.
+    Final,
+    /// Another node holds the order now.
+    Lost,
+}
+
+/// Lets go of `node`'s claim after a pass; another node's claim is left alone.
+pub async fn release<C: ConnectionTrait>(db: &C, order_id: &str, node: &str) -> Result<(), DbErr> {
+    order::Entity::update_many()
+        .col_expr(
+            order::Column::ClaimedUntil,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(
+            order::Column::ClaimedBy,
+            Expr::value(Option::<String>::None),
+        )
+        .filter(order::Column::Id.eq(order_id))
+        .filter(order::Column::ClaimedBy.eq(node))
+        .exec(db)
+        .await
+        .map(|_| ())
+}
+
+/// Orders still `processing` that nobody holds, created before `older_than`:
+/// unclaimed, their claim lapsed, or their holder is not alive (no heartbeat
+/// since `alive_since`, or it stopped cleanly).
+pub async fn stranded<C: ConnectionTrait>(
+    db: &C,
+    older_than: DateTime<Utc>,
+    now: DateTime<Utc>,
+    alive_since: DateTime<Utc>,
+    limit: u64,
+) -> Result<Vec<String>, DbErr> {
+    order::Entity::find()
+        .select_only()
+        .column(order::Column::Id)
+        .filter(order::Column::Status.eq(OrderStatus::Processing))
+        .filter(order::Column::CreatedAt.lt(older_than))
+        .filter(claim_is_free(now, alive_since))
+        .order_by_asc(order::Column::CreatedAt)
+        .limit(limit)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
+/// An order's claim is free: never taken, lapsed, or its holder is not
+/// alive (no heartbeat since `alive_since`, or it stopped cleanly).
+fn claim_is_free(now: DateTime<Utc>, alive_since: DateTime<Utc>) -> Condition {
+    Condition::any()
+        .add(order::Column::ClaimedUntil.is_null())
+        .add(order::Column::ClaimedUntil.lt(now))
+        .add(order::Column::ClaimedBy.not_in_subquery(nodes::alive(alive_since)))
+}
+
+/// Orders still `processing` that `node` holds: at start, what an earlier
+/// incarnation of the node was working on, taken back at once.
+pub async fn held_by<C: ConnectionTrait>(db: &C, node: &str) -> Result<Vec<String>, DbErr> {
+    order::Entity::find()
+        .select_only()
+        .column(order::Column::Id)
+        .filter(order::Column::Status.eq(OrderStatus::Processing))
+        .filter(order::Column::ClaimedBy.eq(node))
+        .order_by_asc(order::Column::CreatedAt)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
+/// Live units of orders still processing, per partner: the backlog the
+/// supplier has yet to deliver (every node's orders).
+pub async fn live_backlog<C: ConnectionTrait>(db: &C) -> Result<HashMap<String, u64>, DbErr> {
+    let rows: Vec<(String, Option<i64>)> = order::Entity::find()
+        .select_only()
+        .column(order::Column::PartnerId)
+        .column_as(Expr::col(order::Column::Quantity).sum(), "units")
+        .filter(order::Column::Status.eq(OrderStatus::Processing))
+        .filter(order::Column::Mode.eq(Mode::Live))
+        .group_by(order::Column::PartnerId)
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(partner, units)| (partner, u64::try_from(units.unwrap_or(0)).unwrap_or(0)))
+        .collect())
+}

@@ -1,0 +1,167 @@
+//! Orders, units, profiles, idempotency keys and the ledger rows they write.
+//!
+//! Every money movement here is guarded twice: the float update is
+//! conditional (`balance >= amount` for a debit) and the ledger row carries a
+//! unique `movement_key`; a unit moves out of `pending` only once.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use entities::{esim, float, idempotency_key, ledger_entry, order, order_unit};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect,
+    sea_query::{Expr, ExprTrait},
+};
+
+use super::{bulk, nodes};
+use crate::domain::{
+    ids::LedgerEntryId,
+    order::{self as rules, FailureCode, OrderStatus, UnitStatus},
+    ordering::{Binding, Bound, Refusal},
+    partner::Mode,
+    states::LedgerKind,
+};
+
+mod accept;
+mod claims;
+mod money;
+mod settle;
+
+pub use accept::*;
+pub use claims::*;
+use money::move_float;
+pub use money::*;
+pub use settle::*;
+
+/// Both floats of a partner: (live, sandbox).
+pub async fn balances<C: ConnectionTrait>(db: &C, partner_id: &str) -> Result<(i64, i64), DbErr> {
+    let rows = float::Entity::find()
+        .filter(float::Column::PartnerId.eq(partner_id))
+        .all(db)
+        .await?;
+    let of = |mode: Mode| {
+        rows.iter()
+            .find(|f| f.mode == mode)
+            .map_or(0, |f| f.balance_cents)
+    };
+    Ok((of(Mode::Live), of(Mode::Sandbox)))
+}
+
+/// An order of a partner in a mode.
+pub async fn find_order<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    mode: Mode,
+    id: &str,
+) -> Result<Option<order::Model>, DbErr> {
+    order::Entity::find_by_id(id.to_owned())
+        .filter(order::Column::PartnerId.eq(partner_id))
+        .filter(order::Column::Mode.eq(mode))
+        .one(db)
+        .await
+}
+
+/// One order by id, whoever owns it (internal use).
+pub async fn get_order<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+) -> Result<Option<order::Model>, DbErr> {
+    order::Entity::find_by_id(id.to_owned()).one(db).await
+}
+
+/// Several orders by id, in one query (internal use).
+pub async fn get_orders<C: ConnectionTrait>(
+    db: &C,
+    ids: &[String],
+) -> Result<Vec<order::Model>, DbErr> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    order::Entity::find()
+        .filter(bulk::column_in(
+            db,
+            order::Column::Id,
+            ids.iter().map(String::as_str),
+        ))
+        .all(db)
+        .await
+}
+
+/// Filters of the order list.
+#[derive(Debug, Default)]
+pub struct OrderQuery {
+    pub status: Option<OrderStatus>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    /// Keyset of the last row served: (created_at, id), newest first.
+    pub before: Option<(DateTime<Utc>, String)>,
+    pub limit: u64,
+}
+
+/// A page of a partner's orders in one mode, newest first.
+pub async fn list_orders<C: ConnectionTrait>(
+    db: &C,
+    partner_id: &str,
+    mode: Mode,
+    query: &OrderQuery,
+) -> Result<Vec<order::Model>, DbErr> {
+    let mut select = order::Entity::find()
+        .filter(order::Column::PartnerId.eq(partner_id))
+        .filter(order::Column::Mode.eq(mode));
+    if let Some(status) = &query.status {
+        select = select.filter(order::Column::Status.eq(*status));
+    }
+    if let Some(after) = query.created_after {
+        select = select.filter(order::Column::CreatedAt.gt(after));
+    }
+    if let Some(before) = query.created_before {
+        select = select.filter(order::Column::CreatedAt.lt(before));
+    }
+    if let Some((at, id)) = &query.before {
+        select = select.filter(
+            Condition::any().add(order::Column::CreatedAt.lt(*at)).add(
+                Condition::all()
+                    .add(order::Column::CreatedAt.eq(*at))
+                    .add(order::Column::Id.lt(id.as_str())),
+            ),
+        );
+    }
+    select
+        .order_by_desc(order::Column::CreatedAt)
+        .order_by_desc(order::Column::Id)
+        .limit(query.limit)
+        .all(db)
+        .await
+}
+
+/// The units of an order, in order.
+pub async fn units_of<C: ConnectionTrait>(
+    db: &C,
+    order_id: &str,
+) -> Result<Vec<order_unit::Model>, DbErr> {
+    order_unit::Entity::find()
+        .filter(order_unit::Column::OrderId.eq(order_id))
+        .order_by_asc(order_unit::Column::UnitIndex)
+        .all(db)
+        .await
+}
+
+/// The profiles delivered for some orders.
+pub async fn esims_of<C: ConnectionTrait>(
+    db: &C,
+    order_ids: &[String],
+) -> Result<Vec<esim::Model>, DbErr> {
+    if order_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    esim::Entity::find()
+        .filter(bulk::column_in(
+            db,
+            esim::Column::OrderId,
+            order_ids.iter().map(String::as_str),
+        ))
+        .order_by_asc(esim::Column::UnitId)
+        .all(db)
+        .await
+}

@@ -1,0 +1,248 @@
+//! Settling units and orders: deliveries, refunds with their ledger rows, and
+//! the final status of an order once no unit is pending.
+
+use super::*;
+
+/// Counts a failed attempt on a unit.
+pub async fn unit_failed_attempt<C: ConnectionTrait>(
+    db: &C,
+    unit_id: &str,
+    error: &str,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let error: String = error.chars().take(255).collect();
+    order_unit::Entity::update_many()
+        .col_expr(
+            order_unit::Column::Attempts,
+            Expr::col(order_unit::Column::Attempts).add(1),
+        )
+        .col_expr(order_unit::Column::LastError, Expr::value(error))
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
+        .filter(order_unit::Column::Id.eq(unit_id))
+        .exec(db)
+        .await
+        .map(|_| ())
+}
+
+/// Stores delivered profiles and marks their units delivered, each once,
+/// in a constant number of statements whatever their number: one update
+/// that settles the units still pending (and says which), one insert of
+/// their profiles. Returns, per profile, whether it was stored (false: its
+/// unit was already settled, nothing written).
+pub async fn deliver_units<C: ConnectionTrait>(
+    txn: &C,
+    profiles: &[esim::Model],
+    now: DateTime<Utc>,
+) -> Result<Vec<bool>, DbErr> {
+    if profiles.is_empty() {
+        return Ok(Vec::new());
+    }
+    let settled: HashSet<String> = order_unit::Entity::update_many()
+        .col_expr(
+            order_unit::Column::Status,
+            Expr::value(UnitStatus::Delivered),
+        )
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
+        .filter(bulk::column_in(
+            txn,
+            order_unit::Column::Id,
+            profiles.iter().map(|p| p.unit_id.as_str()),
+        ))
+        .filter(order_unit::Column::Status.eq(UnitStatus::Pending))
+        .exec_with_returning(txn)
+        .await?
+        .into_iter()
+        .map(|unit| unit.id)
+        .collect();
+    let stored: Vec<bool> = profiles
+        .iter()
+        .map(|p| settled.contains(&p.unit_id))
+        .collect();
+    let rows: Vec<esim::Model> = profiles
+        .iter()
+        .zip(&stored)
+        .filter(|(_, stored)| **stored)
+        .map(|(p, _)| p.clone())
+        .collect();
+    bulk::insert_models::<esim::Entity, _>(txn, &rows).await?;
+    Ok(stored)
+}
+
+/// Refunds the units of `unit_ids` still pending, in a constant number of
+/// statements whatever their number: one update that marks them refunded
+/// (and says which), one credit of the float for all of them, one insert of
+/// their `refund` rows (live; each with its own `seq`, `balance_after` and
+/// `movement_key`), one addition to the order's `refunded_cents`. Returns
+/// the balance after, or `None` when every unit was already settled.
+pub async fn refund_units<C: ConnectionTrait>(
+    txn: &C,
+    order: &order::Model,
+    unit_ids: &[String],
+    failure: FailureCode,
+    now: DateTime<Utc>,
+) -> Result<Option<i64>, DbErr> {
+    if unit_ids.is_empty() {
+        return Ok(None);
+    }
+    let mut refunded: Vec<String> = order_unit::Entity::update_many()
+        .col_expr(
+            order_unit::Column::Status,
+            Expr::value(UnitStatus::Refunded),
+        )
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
+        .filter(bulk::column_in(
+            txn,
+            order_unit::Column::Id,
+            unit_ids.iter().map(String::as_str),
+        ))
+        .filter(order_unit::Column::OrderId.eq(order.id.as_str()))
+        .filter(order_unit::Column::Status.eq(UnitStatus::Pending))
+        .exec_with_returning(txn)
+        .await?
+        .into_iter()
+        .map(|unit| unit.id)
+        .collect();
+    if refunded.is_empty() {
+        return Ok(None);
+    }
+    refunded.sort_unstable();
+    let mode = order.mode;
+    let count = refunded.len() as i64;
+    let total = order.unit_price_cents * count;
+    let float = move_float(txn, &order.partner_id, mode, total, count, false, now)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("float".into()))?;
+    if mode == Mode::Live {
+        let mut balance = float.balance_cents - total;
+        let rows: Vec<ledger_entry::Model> = (float.next_seq - count..)
+            .zip(&refunded)
+            .map(|(seq, unit_id)| {
+                balance += order.unit_price_cents;
+                ledger_entry::Model {
+                    id: LedgerEntryId::generate().into_string(),
+                    partner_id: order.partner_id.clone(),
+                    seq,
+                    kind: LedgerKind::Refund,
+                    amount_cents: order.unit_price_cents,
+                    balance_after_cents: balance,
+                    description: format!(
+                        "refund of undelivered unit {unit_id} ({})",
+                        failure.as_str()
+                    ),
+                    order_id: Some(order.id.clone()),
+                    deposit_id: None,
+                    movement_key: Some(format!("{unit_id}:refund")),
+                    created_at: now,
+                }
+            })
+            .collect();
+        bulk::insert_models::<ledger_entry::Entity, _>(txn, &rows).await?;
+    }
+    order::Entity::update_many()
+        .col_expr(
+            order::Column::RefundedCents,
+            Expr::col(order::Column::RefundedCents).add(total),
+        )
+        .col_expr(order::Column::FailureCode, Expr::value(failure))
+        .filter(order::Column::Id.eq(order.id.as_str()))
+        .exec(txn)
+        .await?;
+    Ok(Some(float.balance_cents))
+}
+
+/// An order that [`finalize`] settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    /// The final status.
+    pub status: OrderStatus,
+    pub mode: Mode,
+    pub failure_code: Option<FailureCode>,
+    /// When it was accepted.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Settles the order once no unit is pending. Returns the settled order if
+/// this call settled it.
+pub async fn finalize<C: ConnectionTrait>(
+    db: &C,
+    order_id: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<Settled>, DbErr> {
+    let mut settled = finalize_many(db, &[order_id.to_owned()], now).await?;
+    Ok(settled.pop().map(|(_, settled)| settled))
+}
+
+/// Settles every order of `order_ids` with no unit pending, in at most four
+/// statements whatever their number: one count of their units by status,
+/// then one update per final status (RETURNING, on SQLite and PostgreSQL
+/// alike; an order another pass settled first is not returned). Returns the
+/// orders this call settled.
+pub async fn finalize_many<C: ConnectionTrait>(
+    db: &C,
+    order_ids: &[String],
+    now: DateTime<Utc>,
+) -> Result<Vec<(String, Settled)>, DbErr> {
+    if order_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let counts: Vec<(String, UnitStatus, i64)> = order_unit::Entity::find()
+        .select_only()
+        .column(order_unit::Column::OrderId)
+        .column(order_unit::Column::Status)
+        .column_as(order_unit::Column::Id.count(), "units")
+        .filter(bulk::column_in(
+            db,
+            order_unit::Column::OrderId,
+            order_ids.iter().map(String::as_str),
+        ))
+        .group_by(order_unit::Column::OrderId)
+        .group_by(order_unit::Column::Status)
+        .into_tuple()
+        .all(db)
+        .await?;
+    let mut tally: HashMap<&str, [usize; 3]> = HashMap::new();
+    for (order_id, status, units) in &counts {
+        let slot = match status {
+            UnitStatus::Delivered => 0,
+            UnitStatus::Refunded => 1,
+            UnitStatus::Pending => 2,
+        };
+        tally.entry(order_id.as_str()).or_default()[slot] += usize::try_from(*units).unwrap_or(0);
+    }
+    let mut by_status: HashMap<OrderStatus, Vec<&str>> = HashMap::new();
+    for (order_id, [delivered, refunded, pending]) in &tally {
+        if let Some(status) = rules::settled_status(*delivered, *refunded, *pending) {
+            by_status.entry(status).or_default().push(order_id);
+        }
+    }
+    let mut settled = Vec::new();
+    for (status, ids) in by_status {
+        let rows = order::Entity::update_many()
+            .col_expr(order::Column::Status, Expr::value(status))
+            .col_expr(order::Column::CompletedAt, Expr::value(Some(now)))
+            .col_expr(
+                order::Column::ClaimedUntil,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+            .col_expr(
+                order::Column::ClaimedBy,
+                Expr::value(Option::<String>::None),
+            )
+            .filter(bulk::column_in(db, order::Column::Id, ids))
+            .filter(order::Column::Status.eq(OrderStatus::Processing))
+            .exec_with_returning(db)
+            .await?;
+        settled.extend(rows.into_iter().map(|order| {
+            (
+                order.id,
+                Settled {
+                    status,
+                    mode: order.mode,
+                    failure_code: order.failure_code,
+                    created_at: order.created_at,
+                },
+            )
+        }));
+    }
+    Ok(settled)
+}
