@@ -8,7 +8,7 @@
 
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use config::{Config, Environment, File, FileFormat};
 use ipnet::IpNet;
 use secrecy::{ExposeSecret, SecretString};
@@ -16,10 +16,12 @@ use serde::Deserialize;
 
 use crate::domain::rate::Band;
 
+mod validate;
+
 /// The band sandbox keys use.
 pub const SANDBOX_BAND: &str = "sandbox";
 
-const EMBEDDED_DEFAULTS: &str = include_str!("../config/default.toml");
+const EMBEDDED_DEFAULTS: &str = include_str!("../../config/default.toml");
 
 /// The whole configuration of one `serve` process.
 #[derive(Debug, Deserialize)]
@@ -525,129 +527,6 @@ impl Settings {
             .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
         settings.validate()?;
         Ok(settings)
-    }
-
-    /// Checks the values that types alone cannot; each error names its key.
-    fn validate(&self) -> anyhow::Result<()> {
-        let url = &self.database.url;
-        if !(url.starts_with("sqlite:")
-            || url.starts_with("postgres://")
-            || url.starts_with("postgresql://"))
-        {
-            bail!("invalid configuration: `database.url` must start with sqlite: or postgres://");
-        }
-        if self.database.probe_timeout_ms == 0 {
-            bail!("invalid configuration: `database.probe_timeout_ms` must be above 0");
-        }
-        if self.operator.token.expose_secret().len() < 16 {
-            bail!("invalid configuration: `operator.token` must be at least 16 characters");
-        }
-        if self.cursor.secret.expose_secret().len() < 16 {
-            bail!("invalid configuration: `cursor.secret` must be at least 16 characters");
-        }
-        if self.http.body_limit_bytes < 1024 {
-            bail!("invalid configuration: `http.body_limit_bytes` must be at least 1024");
-        }
-        if let Some(docs) = &self.docs_url
-            && !(docs.starts_with("http://") || docs.starts_with("https://"))
-        {
-            bail!("invalid configuration: `docs_url` must be an absolute http(s) URL");
-        }
-        if self.catalogue.refresh_seconds == 0 {
-            bail!("invalid configuration: `catalogue.refresh_seconds` must be above 0");
-        }
-        if self.supplier.base_url.is_none() && !self.simulators.enabled {
-            bail!(
-                "invalid configuration: `supplier.base_url` is required when `simulators.enabled` is false"
-            );
-        }
-        if self.supplier.batch_size == 0 {
-            bail!("invalid configuration: `supplier.batch_size` must be at least 1");
-        }
-        if self.admission.horizon_seconds == 0 {
-            bail!("invalid configuration: `admission.horizon_seconds` must be above 0");
-        }
-        if self.admission.refresh_ms == 0 {
-            bail!("invalid configuration: `admission.refresh_ms` must be above 0");
-        }
-        if self.supplier.poll_interval_ms == 0
-            || self.supplier.max_poll_interval_ms < self.supplier.poll_interval_ms
-        {
-            bail!(
-                "invalid configuration: `supplier.poll_interval_ms` must be above 0 and at most `supplier.max_poll_interval_ms`"
-            );
-        }
-        if self.supplier.max_attempts < 1 {
-            bail!("invalid configuration: `supplier.max_attempts` must be at least 1");
-        }
-        if !(0.0..=1.0).contains(&self.simulators.supplier_fail_rate) {
-            bail!("invalid configuration: `simulators.supplier_fail_rate` must be from 0 to 1");
-        }
-        if self.node.heartbeat_seconds == 0 {
-            bail!("invalid configuration: `node.heartbeat_seconds` must be above 0");
-        }
-        if !self.node.id.is_empty()
-            && (self.node.id.len() > 40
-                || !self
-                    .node
-                    .id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'))
-        {
-            bail!(
-                "invalid configuration: `node.id` must be at most 40 letters, digits, `-`, `_` or `.`"
-            );
-        }
-        if self.reconciler.interval_seconds == 0 {
-            bail!("invalid configuration: `reconciler.interval_seconds` must be above 0");
-        }
-        if self.sandbox.initial_float_cents < 0 {
-            bail!("invalid configuration: `sandbox.initial_float_cents` must not be negative");
-        }
-        if self.payments.invoice_minutes == 0 {
-            bail!("invalid configuration: `payments.invoice_minutes` must be above 0");
-        }
-        if self.rate_limit.backend == RateLimitBackend::Redis && self.rate_limit.redis_url.is_none()
-        {
-            bail!(
-                "invalid configuration: `rate_limit.redis_url` is required when `rate_limit.backend` is redis"
-            );
-        }
-        if self.tiers.is_empty() {
-            bail!("invalid configuration: `tiers` must name at least one tier");
-        }
-        for (name, tier) in &self.tiers {
-            if tier.discount_bps > 10_000 {
-                bail!("invalid configuration: `tiers.{name}.discount_bps` must be at most 10000");
-            }
-            if !self.rate_limit.bands.contains_key(&tier.rate_band) {
-                bail!(
-                    "invalid configuration: `tiers.{name}.rate_band` names no band of `rate_limit.bands`"
-                );
-            }
-        }
-        if !self.rate_limit.bands.contains_key(SANDBOX_BAND) {
-            bail!("invalid configuration: `rate_limit.bands.sandbox` is required");
-        }
-        for (name, band) in &self.rate_limit.bands {
-            for (class, window) in band.windows() {
-                if window.limit == 0 || window.window_seconds == 0 {
-                    bail!(
-                        "invalid configuration: `rate_limit.bands.{name}.{}` needs a limit and window_seconds above 0",
-                        class.as_str()
-                    );
-                }
-            }
-        }
-        if self.rate_limit.failed_auth_limit == 0 || self.rate_limit.failed_auth_window_seconds == 0
-        {
-            bail!(
-                "invalid configuration: `rate_limit.failed_auth_limit` and `rate_limit.failed_auth_window_seconds` must be above 0"
-            );
-        }
-        tracing_subscriber::EnvFilter::try_new(&self.log.level)
-            .map_err(|e| anyhow::anyhow!("invalid configuration: `log.level`: {e}"))?;
-        Ok(())
     }
 }
 

@@ -1,0 +1,549 @@
+//! Building a node, step by step: the database, the listeners, the node's
+//! identity, the suppliers and admission, the actors, and the state the
+//! handlers share.
+
+use std::{
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use ractor::{Actor, ActorRef};
+use secrecy::ExposeSecret;
+use tokio::net::TcpListener;
+
+use super::{Application, Bound, running::Heartbeat};
+use crate::{
+    actors::{
+        accounts::Accounts,
+        admission::{Admission, AdmissionArgs},
+        provisioning::{DeliveryWriter, ProvisioningArgs, ProvisioningHandle},
+        reconciler::ReconcilerArgs,
+        services::{ServicesArgs, ServicesMsg, ServicesSupervisor},
+        supplier_orders::{SupplierOrders, SupplierOrdersArgs},
+        writer::CommitWriter,
+    },
+    auth::KeyDirectory,
+    catalogue::{self, Catalogue},
+    config::{CommitMode, RateLimitBackend, SANDBOX_BAND, Settings},
+    deposits::Deposits,
+    domain::{cursor::CursorCodec, rate::Window, time},
+    http::server::ConnectionLimits,
+    limits::Limiter,
+    payments::{PaymentProvider, btcpay::BtcPayClient},
+    simulators::{
+        payments::PaymentsSim,
+        supplier::{Faults, SupplierSim},
+    },
+    state::{AppState, Shared, Suppliers},
+    store::{self, Db, changes::Subscription},
+    supplier::{
+        esim_access::EsimAccessClient,
+        gate::RateGate,
+        metered::{Metered, Tally},
+        sandbox::SandboxSupplier,
+    },
+};
+
+impl Application {
+    /// Connects, migrates and binds; logs a `listening` line per listener.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        refuse_development_secrets(&settings)?;
+        crate::metrics::install();
+        let (db, changes) = open_database(&settings).await?;
+        let catalogue = Catalogue::load(
+            db.clone(),
+            Duration::from_secs(settings.catalogue.destinations_cache_seconds),
+        )
+        .await?;
+        let listeners = Listeners::bind(&settings).await?;
+        let node_id = node_identity(&settings.node.id, settings.http.public_addr.port());
+        let heartbeat = Heartbeat {
+            started_at: time::now(),
+            every: Duration::from_secs(settings.node.heartbeat_seconds),
+        };
+        // Alive before the first order is claimed in its name.
+        store::nodes::beat(&db, &node_id, heartbeat.started_at, heartbeat.started_at).await?;
+        tracing::info!(node_id = %node_id, "node starting");
+        let (supplier_sim, payments_sim) = simulators(&settings, listeners.public_addr);
+        let supply = Supply::start(&settings, listeners.simulators_addr).await?;
+        let actors =
+            Actors::start(&settings, &db, &node_id, &supply, listeners.simulators_addr).await?;
+        let tuning = Tuning::of(&settings);
+        let state = shared_state(
+            settings, db, node_id, catalogue, supply, &actors, &listeners,
+        )
+        .await?;
+        Ok(Self {
+            state,
+            catalogue_refresh: tuning.catalogue_refresh,
+            admission_refresh: tuning.admission_refresh,
+            deposit_reconcile: tuning.deposit_reconcile,
+            body_limit: tuning.body_limit,
+            operator_body_limit: tuning.operator_body_limit,
+            connection_limits: tuning.connection_limits,
+            public_addr: listeners.public_addr,
+            operator_addr: listeners.operator_addr,
+            simulators_addr: listeners.simulators_addr,
+            bound: Some(Bound {
+                public: listeners.public,
+                operator: listeners.operator,
+                simulators: listeners.simulators,
+            }),
+            metrics_require_token: tuning.metrics_require_token,
+            provisioning_tasks: actors.provisioning_tasks,
+            heartbeat,
+            supplier_sim,
+            payments_sim,
+            services: actors.services,
+            changes,
+        })
+    }
+}
+
+/// Outside development, refuses to start while any public development
+/// secret is configured, naming each setting to change.
+fn refuse_development_secrets(settings: &Settings) -> anyhow::Result<()> {
+    let problems = settings.production_problems();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "refusing to start with development secrets outside development ({}):\n  - {}\n\
+         (`esim-reseller config check` lists what would be refused)",
+        settings.why_not_development(),
+        problems.join("\n  - ")
+    )
+}
+
+/// Connects and migrates, starts listening for other nodes' changes (before
+/// the first request is accepted), and seeds the catalogue if asked.
+async fn open_database(settings: &Settings) -> anyhow::Result<(Db, Option<Subscription>)> {
+    let db = store::connect(&settings.database).await?;
+    store::migrate(&db).await?;
+    let changes = store::changes::subscribe(&db)
+        .await
+        .context("listening for key and account changes")?;
+    if settings.catalogue.seed {
+        catalogue::seed_if_empty(&db).await?;
+    }
+    Ok((db, changes))
+}
+
+/// The bound listeners and their addresses.
+struct Listeners {
+    public: TcpListener,
+    public_addr: SocketAddr,
+    operator: TcpListener,
+    operator_addr: SocketAddr,
+    simulators: Option<TcpListener>,
+    simulators_addr: Option<SocketAddr>,
+}
+
+impl Listeners {
+    async fn bind(settings: &Settings) -> anyhow::Result<Self> {
+        let public = bind("public", settings.http.public_addr).await?;
+        let operator = bind("operator", settings.http.operator_addr).await?;
+        let simulators = match settings.simulators.enabled {
+            true => Some(bind("simulators", settings.simulators.addr).await?),
+            false => None,
+        };
+        Ok(Self {
+            public_addr: public.local_addr()?,
+            operator_addr: operator.local_addr()?,
+            simulators_addr: simulators
+                .as_ref()
+                .map(TcpListener::local_addr)
+                .transpose()?,
+            public,
+            operator,
+            simulators,
+        })
+    }
+}
+
+async fn bind(listener: &'static str, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let bound = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the {listener} listener to {addr}"))?;
+    tracing::info!(listener, addr = %bound.local_addr()?, "listening");
+    Ok(bound)
+}
+
+/// This node's id: the configured one, else `<host name>-<public port>`,
+/// stable across restarts of the same service on the same host (a random
+/// one when the port was picked by the system, as in tests).
+fn node_identity(configured: &str, public_port: u16) -> Arc<str> {
+    if !configured.is_empty() {
+        return configured.into();
+    }
+    if public_port == 0 {
+        return format!("nd_{}", uuid::Uuid::now_v7().simple()).into();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(32)
+        .collect();
+    let host = if host.is_empty() {
+        "node".to_owned()
+    } else {
+        host
+    };
+    format!("{host}-{public_port}").into()
+}
+
+/// The supplier and payment-provider stand-ins, calling back this node.
+fn simulators(
+    settings: &Settings,
+    public_addr: SocketAddr,
+) -> (Arc<SupplierSim>, Arc<PaymentsSim>) {
+    let supplier_sim = SupplierSim::new(
+        settings.supplier.access_code.expose_secret(),
+        settings.supplier.secret.expose_secret(),
+        Faults {
+            latency_ms: settings.simulators.supplier_latency_ms,
+            fail_rate: settings.simulators.supplier_fail_rate,
+            ..Faults::default()
+        },
+        settings.simulators.supplier_rate_limit,
+    );
+    supplier_sim.set_notify_url(format!("http://{public_addr}/callbacks/esim-access"));
+    let payments_sim = PaymentsSim::new(
+        settings.payments.api_key.expose_secret(),
+        settings.payments.webhook_secret.expose_secret(),
+    );
+    payments_sim.set_callback_url(format!("http://{public_addr}/callbacks/btcpay"));
+    (supplier_sim, payments_sim)
+}
+
+/// The suppliers behind their rate gate, and admission reading the gate.
+struct Supply {
+    suppliers: Suppliers,
+    admission: Option<Arc<Admission>>,
+}
+
+impl Supply {
+    async fn start(
+        settings: &Settings,
+        simulators_addr: Option<SocketAddr>,
+    ) -> anyhow::Result<Self> {
+        // With Redis the supplier's limit is one window for the whole fleet.
+        let shared_window = match settings.rate_limit.backend {
+            RateLimitBackend::Redis => {
+                Some(Arc::new(Limiter::connect(&settings.rate_limit).await?))
+            }
+            RateLimitBackend::Memory => None,
+        };
+        let gate = Arc::new(RateGate::new(
+            settings.supplier.requests_per_second,
+            shared_window,
+        ));
+        let (suppliers, tally) = build_suppliers(settings, simulators_addr, gate.clone())?;
+        let admission = (settings.admission.enabled && settings.supplier.requests_per_second > 0)
+            .then(|| {
+                Arc::new(Admission::new(AdmissionArgs {
+                    calls_per_second: settings.supplier.requests_per_second,
+                    batch_size: settings.supplier.batch_size,
+                    horizon_seconds: settings
+                        .admission
+                        .horizon(settings.supplier.deadline_seconds),
+                    tally,
+                    gate,
+                }))
+            });
+        Ok(Self {
+            suppliers,
+            admission,
+        })
+    }
+}
+
+/// The live supplier (the configured API, or the simulator on this node) and
+/// the in-process sandbox supplier.
+fn build_suppliers(
+    settings: &Settings,
+    simulators_addr: Option<SocketAddr>,
+    gate: Arc<RateGate>,
+) -> anyhow::Result<(Suppliers, Arc<Tally>)> {
+    let base_url = match (&settings.supplier.base_url, simulators_addr) {
+        (Some(url), _) => url.clone(),
+        (None, Some(addr)) => format!("http://{addr}"),
+        (None, None) => {
+            anyhow::bail!("`supplier.base_url` is required when the simulators are off")
+        }
+    };
+    let live = EsimAccessClient::new(
+        &base_url,
+        settings.supplier.access_code.clone(),
+        settings.supplier.secret.clone(),
+        Duration::from_millis(settings.supplier.timeout_ms),
+        gate,
+    )?;
+    let live = Metered::new(Arc::new(live));
+    let tally = live.tally();
+    let suppliers = Suppliers {
+        live: Arc::new(live),
+        sandbox: Arc::new(SandboxSupplier::new(Duration::from_millis(
+            settings.sandbox.slow_provisioning_ms,
+        ))),
+    };
+    Ok((suppliers, tally))
+}
+
+/// The payment provider: the configured BTCPay server, or the simulator on
+/// this node, or none (then `POST /deposits` answers 503).
+fn build_payment_provider(
+    settings: &Settings,
+    simulators_addr: Option<SocketAddr>,
+) -> anyhow::Result<Option<Arc<dyn PaymentProvider>>> {
+    let base_url = match (&settings.payments.base_url, simulators_addr) {
+        (Some(url), _) => url.clone(),
+        (None, Some(addr)) => format!("http://{addr}"),
+        (None, None) => return Ok(None),
+    };
+    let client = BtcPayClient::new(
+        &base_url,
+        &settings.payments.store_id,
+        settings.payments.api_key.clone(),
+        Duration::from_secs(15),
+    )?;
+    Ok(Some(Arc::new(client)))
+}
+
+/// The actors and services of a node.
+struct Actors {
+    accounts: Accounts,
+    deposits: Deposits,
+    supplier_orders: SupplierOrders,
+    /// The provisioning supervisor, on nodes that provision.
+    services: Option<ActorRef<ServicesMsg>>,
+    provisioning_tasks: tokio_util::task::TaskTracker,
+}
+
+impl Actors {
+    async fn start(
+        settings: &Settings,
+        db: &Db,
+        node_id: &Arc<str>,
+        supply: &Supply,
+        simulators_addr: Option<SocketAddr>,
+    ) -> anyhow::Result<Self> {
+        let provisioning = settings
+            .provisioning
+            .enabled
+            .then(ProvisioningHandle::default);
+        let accounts = start_accounts(settings, db, provisioning.clone(), supply).await?;
+        let deposits = Deposits::new(
+            db.clone(),
+            build_payment_provider(settings, simulators_addr)?,
+            accounts.clone(),
+            settings.payments.webhook_secret.clone(),
+            settings.payments.invoice_minutes,
+        );
+        let supplier_orders =
+            SupplierOrders::start(supplier_orders_args(settings, db, node_id, supply));
+        let provisioning_tasks = tokio_util::task::TaskTracker::new();
+        let services = match provisioning {
+            Some(handle) => {
+                let provisioning = ProvisioningArgs {
+                    writer: DeliveryWriter::start(db.clone()),
+                    db: db.clone(),
+                    accounts: accounts.clone(),
+                    supplier_orders: supplier_orders.clone(),
+                    concurrency: settings.provisioning.concurrency,
+                    max_attempts: settings.supplier.max_attempts,
+                    lease: Duration::from_secs(settings.provisioning.lease_seconds),
+                    liveness: settings.node.liveness_timeout(),
+                    node_id: node_id.clone(),
+                    in_flight: Arc::default(),
+                    tasks: provisioning_tasks.clone(),
+                };
+                Some(start_services(settings, db, &accounts, handle, provisioning).await?)
+            }
+            None => {
+                tracing::info!("provisioning is off on this node");
+                None
+            }
+        };
+        Ok(Self {
+            accounts,
+            deposits,
+            supplier_orders,
+            services,
+            provisioning_tasks,
+        })
+    }
+}
+
+/// The account actors' directory, batching per the configured commit mode.
+async fn start_accounts(
+    settings: &Settings,
+    db: &Db,
+    provisioning: Option<ProvisioningHandle>,
+    supply: &Supply,
+) -> anyhow::Result<Accounts> {
+    let batching = settings.store.commit_mode == CommitMode::Batch;
+    // SQLite takes one writer at a time: batch across partners too.
+    let shared_writer = (batching && db.get_database_backend() == sea_orm::DbBackend::Sqlite)
+        .then(|| CommitWriter::start(db.clone()));
+    Accounts::start(
+        db.clone(),
+        Duration::from_secs(settings.accounts.idle_seconds),
+        batching,
+        shared_writer,
+        provisioning,
+        supply.admission.clone(),
+    )
+    .await
+}
+
+fn supplier_orders_args(
+    settings: &Settings,
+    db: &Db,
+    node_id: &Arc<str>,
+    supply: &Supply,
+) -> SupplierOrdersArgs {
+    let supplier = &settings.supplier;
+    SupplierOrdersArgs {
+        db: db.clone(),
+        live: supply.suppliers.live.clone(),
+        sandbox: supply.suppliers.sandbox.clone(),
+        batch_size: supplier.batch_size,
+        batch_window: Duration::from_millis(supplier.batch_window_ms),
+        // A quarter of a second's calls in flight keeps the gate busy
+        // without queueing far past it.
+        placements_in_flight: match supplier.requests_per_second {
+            0 => 64,
+            rate => (rate as usize / 4).max(1),
+        },
+        max_attempts: supplier.max_attempts,
+        retry_backoff: Duration::from_millis(supplier.retry_backoff_ms),
+        poll_interval: Duration::from_millis(supplier.poll_interval_ms),
+        max_poll_interval: Duration::from_millis(supplier.max_poll_interval_ms),
+        deadline: Duration::from_secs(supplier.deadline_seconds),
+        node_id: node_id.clone(),
+    }
+}
+
+/// The supervisor of provisioning and the reconciler.
+async fn start_services(
+    settings: &Settings,
+    db: &Db,
+    accounts: &Accounts,
+    handle: ProvisioningHandle,
+    provisioning: ProvisioningArgs,
+) -> anyhow::Result<ActorRef<ServicesMsg>> {
+    let reconciler = ReconcilerArgs {
+        db: db.clone(),
+        accounts: accounts.clone(),
+        interval: Duration::from_secs(settings.reconciler.interval_seconds),
+        grace: Duration::from_secs(settings.reconciler.grace_seconds),
+        liveness: settings.node.liveness_timeout(),
+    };
+    let (services, _) = Actor::spawn(
+        None,
+        ServicesSupervisor,
+        ServicesArgs {
+            handle,
+            provisioning,
+            reconciler,
+        },
+    )
+    .await?;
+    Ok(services)
+}
+
+/// What the running node reads from the configuration, taken before the
+/// configuration is handed to the shared state.
+struct Tuning {
+    catalogue_refresh: Duration,
+    admission_refresh: Duration,
+    deposit_reconcile: Option<Duration>,
+    body_limit: usize,
+    operator_body_limit: usize,
+    connection_limits: ConnectionLimits,
+    metrics_require_token: bool,
+}
+
+impl Tuning {
+    fn of(settings: &Settings) -> Self {
+        Self {
+            catalogue_refresh: Duration::from_secs(settings.catalogue.refresh_seconds),
+            admission_refresh: Duration::from_millis(settings.admission.refresh_ms),
+            // Deposits are reconciled by the nodes that provision, as orders are.
+            deposit_reconcile: settings
+                .provisioning
+                .enabled
+                .then(|| Duration::from_secs(settings.reconciler.interval_seconds)),
+            body_limit: settings.http.body_limit_bytes,
+            operator_body_limit: settings.http.operator_body_limit_bytes,
+            connection_limits: ConnectionLimits {
+                header_read_timeout: Duration::from_millis(settings.http.header_read_timeout_ms),
+                max_header_bytes: settings.http.max_header_bytes,
+            },
+            metrics_require_token: settings.metrics_require_token(),
+        }
+    }
+}
+
+/// What every handler shares; takes the rest of the configuration.
+async fn shared_state(
+    settings: Settings,
+    db: Db,
+    node_id: Arc<str>,
+    catalogue: Catalogue,
+    supply: Supply,
+    actors: &Actors,
+    listeners: &Listeners,
+) -> anyhow::Result<AppState> {
+    let limiter = Limiter::connect(&settings.rate_limit).await?;
+    let bands = settings.rate_limit.bands;
+    let fallback_band = *bands
+        .get(SANDBOX_BAND)
+        .context("the sandbox band is configured")?;
+    let docs_base: Arc<str> = match &settings.docs_url {
+        Some(url) => url.trim_end_matches('/').into(),
+        None => format!("http://{}/docs", listeners.public_addr).into(),
+    };
+    Ok(AppState::new(Shared {
+        keys: Arc::new(KeyDirectory::new(
+            db.clone(),
+            Duration::from_secs(settings.auth.key_cache_seconds),
+        )),
+        limiter,
+        trusted_proxies: settings.http.trusted_proxies,
+        bands,
+        fallback_band,
+        failed_auth: Window {
+            limit: settings.rate_limit.failed_auth_limit,
+            window_seconds: settings.rate_limit.failed_auth_window_seconds,
+        },
+        accounts: actors.accounts.clone(),
+        suppliers: supply.suppliers,
+        supplier_orders: actors.supplier_orders.clone(),
+        fault_injection: settings.operator.fault_injection,
+        provisioning_lease: settings
+            .provisioning
+            .enabled
+            .then(|| chrono::Duration::seconds(settings.provisioning.lease_seconds as i64)),
+        node_id,
+        deposits: actors.deposits.clone(),
+        catalogue,
+        admission: supply.admission,
+        cursors: CursorCodec::new(settings.cursor.secret.expose_secret().as_bytes()),
+        db,
+        probe_timeout: Duration::from_millis(settings.database.probe_timeout_ms),
+        started_at: Instant::now(),
+        tiers: settings.tiers,
+        sandbox_initial_float_cents: settings.sandbox.initial_float_cents,
+        operator_token: settings.operator.token,
+        docs_base,
+    }))
+}
