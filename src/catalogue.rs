@@ -424,6 +424,42 @@ pub fn plan_row(
     now: DateTime<Utc>,
     v: &mut Violations,
 ) -> plan::Model {
+    let country = check_identity(&input, at, known_countries, v);
+    check_amounts(&input, at, v);
+    plan::Model {
+        id: input.id,
+        name: input.name.trim().to_owned(),
+        country_code: country,
+        region: input.region,
+        global: input.global,
+        plan_type: input.plan_type,
+        data_amount_mb: input.data_amount_mb,
+        daily_allowance_mb: input.daily_allowance_mb,
+        fup_speed: input.fup_speed,
+        unlimited: input.unlimited,
+        duration_days: input.duration_days,
+        voice_minutes: input.voice_minutes,
+        sms_count: input.sms_count,
+        coverage_types: serde_json::json!(input.coverage_types),
+        speed: input.speed,
+        networks: input.networks.map(|n| serde_json::json!(n)),
+        requires_kyc: input.requires_kyc,
+        list_price_cents: input.list_price_cents,
+        cost_floor_cents: input.cost_floor_cents,
+        active: input.active,
+        sandbox_only: input.sandbox_only,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// The plan's id, name, destination and type.
+fn check_identity(
+    input: &PlanInput,
+    at: &str,
+    known_countries: &dyn Fn(&str) -> bool,
+    v: &mut Violations,
+) -> String {
     let param = |name: &str| format!("{at}{name}");
     let id_ok = input.id.len() <= 64
         && input.id.strip_prefix("pl_").is_some_and(|rest| {
@@ -467,6 +503,12 @@ pub fn plan_row(
         &param("daily_allowance_mb"),
         "is required for a daily plan",
     );
+    country
+}
+
+/// The plan's allowances, prices and speeds.
+fn check_amounts(input: &PlanInput, at: &str, v: &mut Violations) {
+    let param = |name: &str| format!("{at}{name}");
     v.check(
         input.data_amount_mb < 0,
         &param("data_amount_mb"),
@@ -512,31 +554,6 @@ pub fn plan_row(
         &param("fup_speed"),
         "must be at most 32 characters",
     );
-    plan::Model {
-        id: input.id,
-        name: input.name.trim().to_owned(),
-        country_code: country,
-        region: input.region,
-        global: input.global,
-        plan_type: input.plan_type,
-        data_amount_mb: input.data_amount_mb,
-        daily_allowance_mb: input.daily_allowance_mb,
-        fup_speed: input.fup_speed,
-        unlimited: input.unlimited,
-        duration_days: input.duration_days,
-        voice_minutes: input.voice_minutes,
-        sms_count: input.sms_count,
-        coverage_types: serde_json::json!(input.coverage_types),
-        speed: input.speed,
-        networks: input.networks.map(|n| serde_json::json!(n)),
-        requires_kyc: input.requires_kyc,
-        list_price_cents: input.list_price_cents,
-        cost_floor_cents: input.cost_floor_cents,
-        active: input.active,
-        sandbox_only: input.sandbox_only,
-        created_at: now,
-        updated_at: now,
-    }
 }
 
 fn is_slug(value: &str) -> bool {

@@ -147,6 +147,13 @@ fn with_buckets() -> Result<PrometheusBuilder, BuildError> {
 }
 
 fn describe() {
+    describe_requests();
+    describe_outside();
+    describe_internals();
+}
+
+/// HTTP requests, orders and their provisioning.
+fn describe_requests() {
     describe_counter!(
         HTTP_REQUESTS,
         "HTTP requests answered, by listener, route template, method and status."
@@ -169,6 +176,10 @@ fn describe() {
         metrics::Unit::Seconds,
         "Time from an order's acceptance to its settlement."
     );
+}
+
+/// The supplier and the deposits.
+fn describe_outside() {
     describe_counter!(
         SUPPLIER_CALLS,
         "Calls to the live eSIM supplier, by operation and outcome."
@@ -190,6 +201,10 @@ fn describe() {
         DEPOSIT_TRANSITIONS,
         "Deposit status changes, by from and to status."
     );
+}
+
+/// Actors, the pool, refusals at the door and admission.
+fn describe_internals() {
     describe_gauge!(ACTORS_LIVE, "Actors running on this node, by kind.");
     describe_gauge!(
         ACTOR_MAILBOX_MESSAGES,

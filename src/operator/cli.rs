@@ -215,7 +215,7 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<u8> {
 }
 
 /// The requests that import a catalogue file: its destinations, then its plans.
-fn import_requests(file: &std::path::Path) -> anyhow::Result<Vec<(Method, String, Option<Value>)>> {
+fn import_requests(file: &std::path::Path) -> anyhow::Result<Vec<Request>> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let document: Value =
@@ -266,92 +266,15 @@ fn put(map: &mut Map<String, Value>, key: &str, value: Option<impl Into<Value>>)
 }
 
 /// The operator API calls one admin verb makes, in order.
-fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<(Method, String, Option<Value>)>> {
+/// A request of the operator API: method, path and body.
+type Request = (Method, String, Option<Value>);
+
+fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<Request>> {
     Ok(vec![match command {
         AdminCommand::Plans(PlansCommand::Import { file }) => return import_requests(&file),
-        AdminCommand::Partner(PartnerCommand::Create {
-            name,
-            tier,
-            slug,
-            status,
-            discount_override_bps,
-            low_balance_threshold_cents,
-        }) => {
-            let mut body = Map::new();
-            body.insert("name".into(), name.into());
-            body.insert("tier".into(), tier.into());
-            put(&mut body, "slug", slug);
-            put(&mut body, "status", status);
-            put(&mut body, "discount_override_bps", discount_override_bps);
-            put(
-                &mut body,
-                "low_balance_threshold_cents",
-                low_balance_threshold_cents,
-            );
-            (Method::POST, "/partners".into(), Some(body.into()))
-        }
-        AdminCommand::Partner(PartnerCommand::Show { id }) => {
-            (Method::GET, format!("/partners/{id}"), None)
-        }
-        AdminCommand::Partner(PartnerCommand::Update {
-            id,
-            status,
-            tier,
-            discount_override_bps,
-            clear_discount_override,
-            low_balance_threshold_cents,
-        }) => {
-            let mut body = Map::new();
-            put(&mut body, "status", status);
-            put(&mut body, "tier", tier);
-            if clear_discount_override {
-                body.insert("discount_override_bps".into(), Value::Null);
-            }
-            put(&mut body, "discount_override_bps", discount_override_bps);
-            put(
-                &mut body,
-                "low_balance_threshold_cents",
-                low_balance_threshold_cents,
-            );
-            (Method::PATCH, format!("/partners/{id}"), Some(body.into()))
-        }
-        AdminCommand::Partner(PartnerCommand::Status { id, status }) => (
-            Method::PATCH,
-            format!("/partners/{id}"),
-            Some(json!({ "status": status })),
-        ),
-        AdminCommand::Key(KeyCommand::Issue {
-            partner_id,
-            mode,
-            label,
-            expires_at,
-            allowed_cidrs,
-        }) => {
-            let mut body = Map::new();
-            body.insert("mode".into(), mode.into());
-            put(&mut body, "label", label);
-            put(&mut body, "expires_at", expires_at);
-            if !allowed_cidrs.is_empty() {
-                body.insert("allowed_cidrs".into(), allowed_cidrs.into());
-            }
-            (
-                Method::POST,
-                format!("/partners/{partner_id}/keys"),
-                Some(body.into()),
-            )
-        }
-        AdminCommand::Key(KeyCommand::Rotate {
-            key_id,
-            grace_seconds,
-        }) => {
-            let mut body = Map::new();
-            put(&mut body, "grace_seconds", grace_seconds);
-            (
-                Method::POST,
-                format!("/keys/{key_id}/rotate"),
-                Some(body.into()),
-            )
-        }
+        AdminCommand::Partner(command) => partner_request(command),
+        AdminCommand::Key(command) => key_request(command),
+        AdminCommand::Money(command) => money_request(command),
         AdminCommand::Plans(PlansCommand::Activate { plan_id }) => (
             Method::PATCH,
             format!("/plans/{plan_id}"),
@@ -374,53 +297,103 @@ fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<(Method, String, Op
         ),
         AdminCommand::Actors => (Method::GET, "/actors".to_owned(), None),
         AdminCommand::Admission => (Method::GET, "/admission".to_owned(), None),
-        AdminCommand::Money(MoneyCommand::Move {
-            partner_id,
-            kind,
-            amount_cents,
-            description,
-        }) => (
-            Method::POST,
-            format!("/partners/{partner_id}/movements"),
-            Some(json!({ "kind": kind, "amount_cents": amount_cents, "description": description })),
-        ),
-        AdminCommand::Money(MoneyCommand::Wire {
-            partner_id,
-            amount_cents,
-            reference,
-        }) => (
-            Method::POST,
-            format!("/partners/{partner_id}/wire-deposits"),
-            Some(json!({ "amount_cents": amount_cents, "reference": reference })),
-        ),
-        AdminCommand::Money(MoneyCommand::Reviews { status }) => {
-            let query = status.map(|s| format!("?status={s}")).unwrap_or_default();
-            (Method::GET, format!("/reviews{query}"), None)
+    }])
+}
+
+fn partner_request(command: PartnerCommand) -> Request {
+    match command {
+        PartnerCommand::Create {
+            name,
+            tier,
+            slug,
+            status,
+            discount_override_bps,
+            low_balance_threshold_cents,
+        } => {
+            let mut body = Map::new();
+            body.insert("name".into(), name.into());
+            body.insert("tier".into(), tier.into());
+            put(&mut body, "slug", slug);
+            put(&mut body, "status", status);
+            put(&mut body, "discount_override_bps", discount_override_bps);
+            put(
+                &mut body,
+                "low_balance_threshold_cents",
+                low_balance_threshold_cents,
+            );
+            (Method::POST, "/partners".into(), Some(body.into()))
         }
-        AdminCommand::Money(MoneyCommand::Resolve {
-            review_id,
-            resolution,
-        }) => (
-            Method::POST,
-            format!("/reviews/{review_id}/resolve"),
-            Some(json!({ "resolution": resolution })),
-        ),
-        AdminCommand::Money(MoneyCommand::SandboxFloat {
-            partner_id,
-            balance_cents,
-        }) => (
-            Method::PUT,
-            format!("/partners/{partner_id}/sandbox-float"),
-            Some(json!({ "balance_cents": balance_cents })),
-        ),
-        AdminCommand::Key(KeyCommand::Revoke { key_id }) => {
-            (Method::POST, format!("/keys/{key_id}/revoke"), None)
+        PartnerCommand::Show { id } => (Method::GET, format!("/partners/{id}"), None),
+        PartnerCommand::Update {
+            id,
+            status,
+            tier,
+            discount_override_bps,
+            clear_discount_override,
+            low_balance_threshold_cents,
+        } => {
+            let mut body = Map::new();
+            put(&mut body, "status", status);
+            put(&mut body, "tier", tier);
+            if clear_discount_override {
+                body.insert("discount_override_bps".into(), Value::Null);
+            }
+            put(&mut body, "discount_override_bps", discount_override_bps);
+            put(
+                &mut body,
+                "low_balance_threshold_cents",
+                low_balance_threshold_cents,
+            );
+            (Method::PATCH, format!("/partners/{id}"), Some(body.into()))
         }
-        AdminCommand::Key(KeyCommand::Allow {
+        PartnerCommand::Status { id, status } => (
+            Method::PATCH,
+            format!("/partners/{id}"),
+            Some(json!({ "status": status })),
+        ),
+    }
+}
+
+fn key_request(command: KeyCommand) -> Request {
+    match command {
+        KeyCommand::Issue {
+            partner_id,
+            mode,
+            label,
+            expires_at,
+            allowed_cidrs,
+        } => {
+            let mut body = Map::new();
+            body.insert("mode".into(), mode.into());
+            put(&mut body, "label", label);
+            put(&mut body, "expires_at", expires_at);
+            if !allowed_cidrs.is_empty() {
+                body.insert("allowed_cidrs".into(), allowed_cidrs.into());
+            }
+            (
+                Method::POST,
+                format!("/partners/{partner_id}/keys"),
+                Some(body.into()),
+            )
+        }
+        KeyCommand::Rotate {
+            key_id,
+            grace_seconds,
+        } => {
+            let mut body = Map::new();
+            put(&mut body, "grace_seconds", grace_seconds);
+            (
+                Method::POST,
+                format!("/keys/{key_id}/rotate"),
+                Some(body.into()),
+            )
+        }
+        KeyCommand::Revoke { key_id } => (Method::POST, format!("/keys/{key_id}/revoke"), None),
+        KeyCommand::Allow {
             key_id,
             cidrs,
             clear,
-        }) => {
+        } => {
             let list = if clear { Value::Null } else { cidrs.into() };
             (
                 Method::PATCH,
@@ -428,5 +401,49 @@ fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<(Method, String, Op
                 Some(json!({ "allowed_cidrs": list })),
             )
         }
-    }])
+    }
+}
+
+fn money_request(command: MoneyCommand) -> Request {
+    match command {
+        MoneyCommand::Move {
+            partner_id,
+            kind,
+            amount_cents,
+            description,
+        } => (
+            Method::POST,
+            format!("/partners/{partner_id}/movements"),
+            Some(json!({ "kind": kind, "amount_cents": amount_cents, "description": description })),
+        ),
+        MoneyCommand::Wire {
+            partner_id,
+            amount_cents,
+            reference,
+        } => (
+            Method::POST,
+            format!("/partners/{partner_id}/wire-deposits"),
+            Some(json!({ "amount_cents": amount_cents, "reference": reference })),
+        ),
+        MoneyCommand::Reviews { status } => {
+            let query = status.map(|s| format!("?status={s}")).unwrap_or_default();
+            (Method::GET, format!("/reviews{query}"), None)
+        }
+        MoneyCommand::Resolve {
+            review_id,
+            resolution,
+        } => (
+            Method::POST,
+            format!("/reviews/{review_id}/resolve"),
+            Some(json!({ "resolution": resolution })),
+        ),
+        MoneyCommand::SandboxFloat {
+            partner_id,
+            balance_cents,
+        } => (
+            Method::PUT,
+            format!("/partners/{partner_id}/sandbox-float"),
+            Some(json!({ "balance_cents": balance_cents })),
+        ),
+    }
 }
