@@ -19,9 +19,9 @@ pub trait Vocabulary: Copy + Eq + 'static {
     /// Every value, in declaration order.
     const ALL: &'static [Self];
     /// The stored and published word.
-    fn word(self) -> &'static str;
+    fn as_str(self) -> &'static str;
     /// The value a word names; `None` for any other word.
-    fn from_word(text: &str) -> Option<Self>;
+    fn parse(text: &str) -> Option<Self>;
 }
 
 /// Declares a stored vocabulary: the enum with its sea-orm, serde and OpenAPI
@@ -71,12 +71,12 @@ macro_rules! vocabulary {
         impl Vocabulary for $name {
             const ALL: &'static [Self] = $name::ALL;
 
-            fn word(self) -> &'static str {
-                self.as_str()
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
             }
 
-            fn from_word(text: &str) -> Option<Self> {
-                Self::parse(text)
+            fn parse(text: &str) -> Option<Self> {
+                $name::parse(text)
             }
         }
 

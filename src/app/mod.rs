@@ -7,14 +7,13 @@
 //!   a shutdown signal, then drains in-flight requests and actors, records
 //!   the node's stop and closes the pool.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc};
 
 use ractor::ActorRef;
 use tokio::net::TcpListener;
 
 use crate::{
     actors::services::ServicesMsg,
-    http::server::ConnectionLimits,
     simulators::{payments::PaymentsSim, supplier::SupplierSim},
     state::AppState,
     store::{self, Db},
@@ -28,23 +27,14 @@ pub use running::shutdown_signal;
 /// A built, bound, not yet running service.
 pub struct Application {
     state: AppState,
-    catalogue_refresh: Duration,
-    /// How often admission reads the backlog.
-    admission_refresh: Duration,
-    /// How often deposits are reconciled with the provider (nodes that
-    /// provision, as the order reconciler).
-    deposit_reconcile: Option<Duration>,
-    body_limit: usize,
-    operator_body_limit: usize,
-    connection_limits: ConnectionLimits,
+    /// What the running node reads from the configuration.
+    tuning: wiring::Tuning,
     /// The listeners, until the node runs.
     bound: Option<Bound>,
     public_addr: SocketAddr,
     operator_addr: SocketAddr,
     simulators_addr: Option<SocketAddr>,
     heartbeat: running::Heartbeat,
-    /// Whether `/metrics` asks for the operator token.
-    metrics_require_token: bool,
     /// Provisioning passes under way, waited for (bounded) at shutdown.
     provisioning_tasks: tokio_util::task::TaskTracker,
     supplier_sim: Arc<SupplierSim>,

@@ -77,18 +77,18 @@ impl Application {
         };
         let public = serve(
             bound.public,
-            tracked("public", public_router(&self.state), self.body_limit),
-            self.connection_limits,
+            tracked("public", public_router(&self.state), self.tuning.body_limit),
+            self.tuning.connection_limits,
             stop.clone(),
         );
         let operator = serve(
             bound.operator,
             tracked(
                 "operator",
-                operator_router(&self.state, self.metrics_require_token),
-                self.operator_body_limit,
+                operator_router(&self.state, self.tuning.metrics_require_token),
+                self.tuning.operator_body_limit,
             ),
-            self.connection_limits,
+            self.tuning.connection_limits,
             stop.clone(),
         );
         let simulator_routes =
@@ -96,8 +96,18 @@ impl Application {
         let simulators = async {
             match bound.simulators {
                 Some(listener) => {
-                    let router = finish(simulator_routes, &envelope_ctx, self.operator_body_limit);
-                    serve(listener, router, self.connection_limits, stop.clone()).await
+                    let router = finish(
+                        simulator_routes,
+                        &envelope_ctx,
+                        self.tuning.operator_body_limit,
+                    );
+                    serve(
+                        listener,
+                        router,
+                        self.tuning.connection_limits,
+                        stop.clone(),
+                    )
+                    .await
                 }
                 None => Ok(()),
             }
@@ -111,7 +121,7 @@ impl Application {
         let mut loops = vec![
             tokio::spawn(refresh_catalogue(
                 state.clone(),
-                self.catalogue_refresh,
+                self.tuning.catalogue_refresh,
                 stop.clone(),
             )),
             tokio::spawn(beat_until_stopped(
@@ -132,12 +142,12 @@ impl Application {
                 crate::actors::admission::refresh_until_stopped(
                     admission,
                     state.db.clone(),
-                    self.admission_refresh,
+                    self.tuning.admission_refresh,
                     stop.clone(),
                 ),
             ));
         }
-        if let Some(every) = self.deposit_reconcile {
+        if let Some(every) = self.tuning.deposit_reconcile {
             loops.push(tokio::spawn(crate::deposits::reconcile_until_stopped(
                 state.deposits.clone(),
                 every,

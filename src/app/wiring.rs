@@ -77,12 +77,7 @@ impl Application {
         .await?;
         Ok(Self {
             state,
-            catalogue_refresh: tuning.catalogue_refresh,
-            admission_refresh: tuning.admission_refresh,
-            deposit_reconcile: tuning.deposit_reconcile,
-            body_limit: tuning.body_limit,
-            operator_body_limit: tuning.operator_body_limit,
-            connection_limits: tuning.connection_limits,
+            tuning,
             public_addr: listeners.public_addr,
             operator_addr: listeners.operator_addr,
             simulators_addr: listeners.simulators_addr,
@@ -91,7 +86,6 @@ impl Application {
                 operator: listeners.operator,
                 simulators: listeners.simulators,
             }),
-            metrics_require_token: tuning.metrics_require_token,
             provisioning_tasks: actors.provisioning_tasks,
             heartbeat,
             supplier_sim,
@@ -462,14 +456,18 @@ async fn start_services(
 
 /// What the running node reads from the configuration, taken before the
 /// configuration is handed to the shared state.
-struct Tuning {
-    catalogue_refresh: Duration,
-    admission_refresh: Duration,
-    deposit_reconcile: Option<Duration>,
-    body_limit: usize,
-    operator_body_limit: usize,
-    connection_limits: ConnectionLimits,
-    metrics_require_token: bool,
+pub(super) struct Tuning {
+    pub(super) catalogue_refresh: Duration,
+    /// How often admission reads the backlog.
+    pub(super) admission_refresh: Duration,
+    /// How often deposits are reconciled with the provider (nodes that
+    /// provision, as the order reconciler).
+    pub(super) deposit_reconcile: Option<Duration>,
+    pub(super) body_limit: usize,
+    pub(super) operator_body_limit: usize,
+    pub(super) connection_limits: ConnectionLimits,
+    /// Whether `/metrics` asks for the operator token.
+    pub(super) metrics_require_token: bool,
 }
 
 impl Tuning {

@@ -443,7 +443,10 @@ mod tests {
     #[test]
     fn documented_enums_are_the_stored_vocabularies() {
         fn words<T: Vocabulary>() -> Vec<String> {
-            T::ALL.iter().map(|value| value.word().to_owned()).collect()
+            T::ALL
+                .iter()
+                .map(|value| value.as_str().to_owned())
+                .collect()
         }
         assert_eq!(enum_of("OrderStatus"), words::<OrderStatus>());
         assert_eq!(enum_of("DepositStatus"), words::<DepositStatus>());

@@ -101,9 +101,9 @@ pub fn parse_one_of<T: Vocabulary>(
     v: &mut Violations,
 ) -> Option<T> {
     let raw = raw?;
-    let parsed = T::from_word(raw);
+    let parsed = T::parse(raw);
     if parsed.is_none() {
-        let words: Vec<&str> = T::ALL.iter().map(|value| value.word()).collect();
+        let words: Vec<&str> = T::ALL.iter().map(|value| value.as_str()).collect();
         v.add(param, format!("must be one of {}", words.join(", ")));
     }
     parsed

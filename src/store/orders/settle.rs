@@ -24,6 +24,32 @@ pub async fn unit_failed_attempt<C: ConnectionTrait>(
         .map(|_| ())
 }
 
+/// Moves the units of `unit_ids` (of `order_id`, when given) that are still
+/// `pending` to `to`, in one statement; returns the ids this call moved, so
+/// a unit settles once however many passes race for it.
+async fn settle_pending<'a, C: ConnectionTrait>(
+    txn: &C,
+    unit_ids: impl IntoIterator<Item = &'a str>,
+    order_id: Option<&str>,
+    to: UnitStatus,
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, DbErr> {
+    let mut update = order_unit::Entity::update_many()
+        .col_expr(order_unit::Column::Status, Expr::value(to))
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
+        .filter(bulk::column_in(txn, order_unit::Column::Id, unit_ids))
+        .filter(order_unit::Column::Status.eq(UnitStatus::Pending));
+    if let Some(order_id) = order_id {
+        update = update.filter(order_unit::Column::OrderId.eq(order_id));
+    }
+    Ok(update
+        .exec_with_returning(txn)
+        .await?
+        .into_iter()
+        .map(|unit| unit.id)
+        .collect())
+}
+
 /// Stores delivered profiles and marks their units delivered, each once,
 /// in a constant number of statements whatever their number: one update
 /// that settles the units still pending (and says which), one insert of
@@ -37,23 +63,16 @@ pub async fn deliver_units<C: ConnectionTrait>(
     if profiles.is_empty() {
         return Ok(Vec::new());
     }
-    let settled: HashSet<String> = order_unit::Entity::update_many()
-        .col_expr(
-            order_unit::Column::Status,
-            Expr::value(UnitStatus::Delivered),
-        )
-        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
-        .filter(bulk::column_in(
-            txn,
-            order_unit::Column::Id,
-            profiles.iter().map(|p| p.unit_id.as_str()),
-        ))
-        .filter(order_unit::Column::Status.eq(UnitStatus::Pending))
-        .exec_with_returning(txn)
-        .await?
-        .into_iter()
-        .map(|unit| unit.id)
-        .collect();
+    let settled: HashSet<String> = settle_pending(
+        txn,
+        profiles.iter().map(|p| p.unit_id.as_str()),
+        None,
+        UnitStatus::Delivered,
+        now,
+    )
+    .await?
+    .into_iter()
+    .collect();
     let stored: Vec<bool> = profiles
         .iter()
         .map(|p| settled.contains(&p.unit_id))
@@ -84,24 +103,14 @@ pub async fn refund_units<C: ConnectionTrait>(
     if unit_ids.is_empty() {
         return Ok(None);
     }
-    let mut refunded: Vec<String> = order_unit::Entity::update_many()
-        .col_expr(
-            order_unit::Column::Status,
-            Expr::value(UnitStatus::Refunded),
-        )
-        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
-        .filter(bulk::column_in(
-            txn,
-            order_unit::Column::Id,
-            unit_ids.iter().map(String::as_str),
-        ))
-        .filter(order_unit::Column::OrderId.eq(order.id.as_str()))
-        .filter(order_unit::Column::Status.eq(UnitStatus::Pending))
-        .exec_with_returning(txn)
-        .await?
-        .into_iter()
-        .map(|unit| unit.id)
-        .collect();
+    let mut refunded = settle_pending(
+        txn,
+        unit_ids.iter().map(String::as_str),
+        Some(&order.id),
+        UnitStatus::Refunded,
+        now,
+    )
+    .await?;
     if refunded.is_empty() {
         return Ok(None);
     }
