@@ -129,7 +129,7 @@ impl KeyDirectory {
 /// is looked up afterwards is read from the database. While it cannot be
 /// re-established, entries expire with their time to live as they would
 /// without announcements.
-pub async fn follow_changes(
+pub(crate) async fn follow_changes(
     keys: Arc<KeyDirectory>,
     subscription: Subscription,
     stop: CancellationToken,

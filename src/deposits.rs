@@ -366,7 +366,7 @@ impl Deposits {
 /// Reconciles deposits every `every` until `stop`: lapses invoices past
 /// their time and asks the provider about a pending invoice whose callback
 /// has been quiet for two passes (a lost webhook is found this way).
-pub async fn reconcile_until_stopped(
+pub(crate) async fn reconcile_until_stopped(
     deposits: Deposits,
     every: std::time::Duration,
     stop: tokio_util::sync::CancellationToken,

@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// Routes under `/docs`.
-pub fn routes() -> Router<AppState> {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(index_page))
         .route("/errors", get(errors_page))
@@ -139,7 +139,7 @@ fn schema_summary(schema: &Value) -> String {
 
 /// The API reference: one section per operation (anchored by its
 /// `operationId`), then one per schema (anchored `schema-<name>`).
-pub fn render_api_page(doc: &Value) -> String {
+pub(crate) fn render_api_page(doc: &Value) -> String {
     let mut page = head("API reference");
     let info = &doc["info"];
     let _ = write!(
@@ -281,7 +281,7 @@ async fn errors_page() -> Html<String> {
 }
 
 /// The errors reference: one anchored section per code.
-pub fn render_errors_page() -> String {
+pub(crate) fn render_errors_page() -> String {
     let mut page = String::from(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Errors - esim-reseller partner API v1</title></head><body>\
          <h1>Errors</h1><p>Branch on <code>error.code</code>, never on <code>error.message</code>.</p>",

@@ -31,18 +31,18 @@
 //!    idempotency, balance, and admission within the supplier's capacity
 //!    ([`domain::admission`], the node's view in [`actors::admission`]).
 //!    The decided batch is committed in one transaction with a constant
-//!    number of statements (`store/orders.rs`, `store/bulk.rs`; on SQLite
+//!    number of statements (`store/orders/accept.rs`, `store/bulk.rs`; on SQLite
 //!    through the shared commit writer, `actors/writer.rs`) before any
 //!    request is answered; [`http::error`] turns refusals into the spec's
 //!    errors.
 //! 4. `actors/provisioning.rs` claims the accepted order (a lease renewed by
 //!    its holder; `store/nodes.rs` says which nodes are alive), and
-//!    `actors/supplier_orders.rs` gathers units of many orders into one
-//!    supplier order, writes it down, places it through the rate gate
-//!    (`supplier/gate.rs`) and the eSIM Access adapter
+//!    `actors/supplier_orders/` gathers units of many orders into one
+//!    supplier order, writes it down, and its driver (`driver.rs`) places it
+//!    through the rate gate (`supplier/gate.rs`) and the eSIM Access adapter
 //!    (`supplier/esim_access.rs`), and waits for the profiles (webhook or
-//!    polling). Deliveries are written in batches; undelivered units are
-//!    refunded by the account actor. `actors/reconciler.rs` re-drives what a
+//!    polling). Deliveries are written in batches (`actors/deliveries.rs`);
+//!    undelivered units are refunded by the account actor. `actors/reconciler.rs` re-drives what a
 //!    crash left behind.
 //!
 //! ## A deposit, file by file
@@ -72,23 +72,25 @@
 //! `docs/architecture.md` draws the actors, their supervision and the data
 //! flow.
 
-pub mod actors;
+#![warn(unreachable_pub)]
+
+pub(crate) mod actors;
 pub mod app;
-pub mod auth;
+pub(crate) mod auth;
 pub mod catalogue;
 pub mod config;
-pub mod deposits;
-pub mod docs;
+pub(crate) mod deposits;
+pub(crate) mod docs;
 pub mod domain;
 pub mod http;
-pub mod limits;
+pub(crate) mod limits;
 pub mod loadtest;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod operator;
 pub mod payments;
-pub mod periodic;
-pub mod simulators;
-pub mod state;
+pub(crate) mod periodic;
+pub(crate) mod simulators;
+pub(crate) mod state;
 pub mod store;
 pub mod supplier;
 pub mod telemetry;

@@ -63,14 +63,14 @@ impl Limiter {
 }
 
 /// Seconds since the Unix epoch.
-pub fn unix_now_seconds() -> u64 {
+pub(crate) fn unix_now_seconds() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
 /// Milliseconds since the Unix epoch.
-pub fn unix_now_millis() -> u64 {
+pub(crate) fn unix_now_millis() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

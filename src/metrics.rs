@@ -34,53 +34,53 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, Promet
 use crate::store::{PoolUse, orders::Settled};
 
 /// HTTP requests answered: `listener`, `route`, `method`, `status`.
-pub const HTTP_REQUESTS: &str = "esim_http_requests_total";
+pub(crate) const HTTP_REQUESTS: &str = "esim_http_requests_total";
 /// Seconds from a request's arrival to its answer, same labels as [`HTTP_REQUESTS`].
-pub const HTTP_REQUEST_DURATION: &str = "esim_http_request_duration_seconds";
+pub(crate) const HTTP_REQUEST_DURATION: &str = "esim_http_request_duration_seconds";
 /// Orders accepted (202) by the account actors: `mode`.
-pub const ORDERS_ACCEPTED: &str = "esim_orders_accepted_total";
+pub(crate) const ORDERS_ACCEPTED: &str = "esim_orders_accepted_total";
 /// Orders settled: `mode`, `status`, `failure_code`.
-pub const ORDERS_SETTLED: &str = "esim_orders_settled_total";
+pub(crate) const ORDERS_SETTLED: &str = "esim_orders_settled_total";
 /// Seconds from an order's acceptance to its settlement: `mode`, `status`.
-pub const PROVISIONING_DURATION: &str = "esim_provisioning_duration_seconds";
+pub(crate) const PROVISIONING_DURATION: &str = "esim_provisioning_duration_seconds";
 /// Calls to the live supplier: `operation`, `outcome`.
-pub const SUPPLIER_CALLS: &str = "esim_supplier_calls_total";
-pub const SUPPLIER_SLOW_DOWNS: &str = "esim_supplier_slow_downs_total";
-pub const SUPPLIER_ORDER_UNITS: &str = "esim_supplier_order_units";
+pub(crate) const SUPPLIER_CALLS: &str = "esim_supplier_calls_total";
+pub(crate) const SUPPLIER_SLOW_DOWNS: &str = "esim_supplier_slow_downs_total";
+pub(crate) const SUPPLIER_ORDER_UNITS: &str = "esim_supplier_order_units";
 /// Seconds per supplier call: `operation`, `outcome`.
-pub const SUPPLIER_CALL_DURATION: &str = "esim_supplier_call_duration_seconds";
+pub(crate) const SUPPLIER_CALL_DURATION: &str = "esim_supplier_call_duration_seconds";
 /// Deposit status changes: `from`, `to`.
-pub const DEPOSIT_TRANSITIONS: &str = "esim_deposit_transitions_total";
+pub(crate) const DEPOSIT_TRANSITIONS: &str = "esim_deposit_transitions_total";
 /// Actors running on this node: `kind`.
-pub const ACTORS_LIVE: &str = "esim_actors_live";
+pub(crate) const ACTORS_LIVE: &str = "esim_actors_live";
 /// Messages sent to actors and not yet answered, summed over the kind: `kind`.
-pub const ACTOR_MAILBOX_MESSAGES: &str = "esim_actor_mailbox_messages";
+pub(crate) const ACTOR_MAILBOX_MESSAGES: &str = "esim_actor_mailbox_messages";
 /// The longest mailbox of one actor of the kind: `kind`.
-pub const ACTOR_MAILBOX_MAX: &str = "esim_actor_mailbox_max_messages";
+pub(crate) const ACTOR_MAILBOX_MAX: &str = "esim_actor_mailbox_max_messages";
 /// Actors restarted by their supervisor after a failure: `kind`.
-pub const ACTOR_RESTARTS: &str = "esim_actor_restarts_total";
+pub(crate) const ACTOR_RESTARTS: &str = "esim_actor_restarts_total";
 /// Connections of the database pool: `state` (`idle`, `in_use`).
-pub const DB_POOL_CONNECTIONS: &str = "esim_db_pool_connections";
+pub(crate) const DB_POOL_CONNECTIONS: &str = "esim_db_pool_connections";
 /// The pool's configured maximum.
-pub const DB_POOL_MAX: &str = "esim_db_pool_max_connections";
+pub(crate) const DB_POOL_MAX: &str = "esim_db_pool_max_connections";
 /// Requests refused with 429: `class` (`read`, `write`, `supplier`,
 /// `catalogue`, or `failed_auth` when the source's failed-authentication
 /// budget is spent).
-pub const RATE_LIMIT_REJECTIONS: &str = "esim_rate_limit_rejections_total";
+pub(crate) const RATE_LIMIT_REJECTIONS: &str = "esim_rate_limit_rejections_total";
 /// Failed authentications of partner requests (each one consumes the
 /// source's budget): `code` (`auth.missing`, `auth.invalid_key`, `auth.key_expired`).
-pub const AUTH_FAILURES: &str = "esim_auth_failures_total";
+pub(crate) const AUTH_FAILURES: &str = "esim_auth_failures_total";
 
 /// Live orders refused at admission: `reason` (`capacity`, `fair_share`).
-pub const ADMISSION_REFUSALS: &str = "esim_admission_refusals_total";
+pub(crate) const ADMISSION_REFUSALS: &str = "esim_admission_refusals_total";
 /// Live units per second the supplier can deliver, as admission estimates it.
-pub const ADMISSION_CAPACITY: &str = "esim_admission_capacity_units_per_second";
+pub(crate) const ADMISSION_CAPACITY: &str = "esim_admission_capacity_units_per_second";
 /// Live units the backlog may hold (capacity × horizon).
-pub const ADMISSION_ROOM: &str = "esim_admission_room_units";
+pub(crate) const ADMISSION_ROOM: &str = "esim_admission_room_units";
 /// Live units accepted and not settled, every node's.
-pub const ADMISSION_BACKLOG: &str = "esim_admission_backlog_units";
+pub(crate) const ADMISSION_BACKLOG: &str = "esim_admission_backlog_units";
 /// Partners with live units in the backlog.
-pub const ADMISSION_ACTIVE_PARTNERS: &str = "esim_admission_active_partners";
+pub(crate) const ADMISSION_ACTIVE_PARTNERS: &str = "esim_admission_active_partners";
 
 /// Request latency buckets (seconds): a millisecond to ten seconds.
 const HTTP_BUCKETS: &[f64] = &[
@@ -100,11 +100,11 @@ const SUPPLIER_BUCKETS: &[f64] = &[
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The Prometheus exposition format's content type.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Installs the process's recorder on first call and returns its handle.
 /// Later calls return the same handle.
-pub fn install() -> &'static PrometheusHandle {
+pub(crate) fn install() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         let builder = with_buckets().unwrap_or_else(|err| {
@@ -255,7 +255,7 @@ fn describe_internals() {
 
 /// Middleware recording [`HTTP_REQUESTS`] and [`HTTP_REQUEST_DURATION`] for
 /// every request of a listener (the state is the listener's name).
-pub async fn track_requests(
+pub(crate) async fn track_requests(
     State(listener): State<&'static str>,
     request: Request,
     next: Next,
@@ -276,13 +276,13 @@ pub async fn track_requests(
 }
 
 /// The route template a request matched, or `unmatched`.
-pub fn route_label(matched: Option<&MatchedPath>) -> &str {
+pub(crate) fn route_label(matched: Option<&MatchedPath>) -> &str {
     matched.map_or("unmatched", MatchedPath::as_str)
 }
 
 /// The method, or `other` for anything outside the standard set (a client
 /// must not be able to mint series).
-pub fn method_label(method: &Method) -> &'static str {
+pub(crate) fn method_label(method: &Method) -> &'static str {
     match *method {
         Method::GET => "GET",
         Method::POST => "POST",
@@ -297,7 +297,7 @@ pub fn method_label(method: &Method) -> &'static str {
 
 /// What `/metrics` reads from its sources when scraped.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ScrapeGauges {
+pub(crate) struct ScrapeGauges {
     /// Account actors running, messages waiting at them, the most at one.
     pub accounts_live: usize,
     pub accounts_queued: usize,
@@ -311,7 +311,7 @@ pub struct ScrapeGauges {
 /// The body of `GET /metrics`: the scrape-time gauges, then every series as
 /// Prometheus text. The route lives with the application, which knows
 /// where each gauge comes from.
-pub fn render(gauges: ScrapeGauges) -> Response {
+pub(crate) fn render(gauges: ScrapeGauges) -> Response {
     let handle = install();
     gauge!(ACTORS_LIVE, "kind" => "account").set(gauges.accounts_live as f64);
     gauge!(ACTOR_MAILBOX_MESSAGES, "kind" => "account").set(gauges.accounts_queued as f64);
@@ -331,13 +331,13 @@ pub fn render(gauges: ScrapeGauges) -> Response {
 }
 
 /// An order accepted by its account actor.
-pub fn order_accepted(mode: &str) {
+pub(crate) fn order_accepted(mode: &str) {
     counter!(ORDERS_ACCEPTED, "mode" => mode.to_owned()).increment(1);
 }
 
 /// An order settled at `now`: counted by outcome, and its time since
 /// acceptance recorded.
-pub fn order_settled(settled: &Settled, now: DateTime<Utc>) {
+pub(crate) fn order_settled(settled: &Settled, now: DateTime<Utc>) {
     let failure_code = settled.failure_code.map_or("none", |code| code.as_str());
     counter!(
         ORDERS_SETTLED,
@@ -355,25 +355,25 @@ pub fn order_settled(settled: &Settled, now: DateTime<Utc>) {
 }
 
 /// Seconds from `from` to `to`, never negative (clocks of two nodes may disagree).
-pub fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+pub(crate) fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     let micros = (to - from).num_microseconds().unwrap_or(i64::MAX).max(0);
     micros as f64 / 1_000_000.0
 }
 
 /// One call to the live supplier.
-pub fn supplier_call(operation: &'static str, outcome: &'static str, took: Duration) {
+pub(crate) fn supplier_call(operation: &'static str, outcome: &'static str, took: Duration) {
     let labels = [("operation", operation), ("outcome", outcome)];
     counter!(SUPPLIER_CALLS, &labels).increment(1);
     histogram!(SUPPLIER_CALL_DURATION, &labels).record(took.as_secs_f64());
 }
 
 /// A live order was refused at admission.
-pub fn admission_refused(reason: &'static str) {
+pub(crate) fn admission_refused(reason: &'static str) {
     counter!(ADMISSION_REFUSALS, "reason" => reason).increment(1);
 }
 
 /// Admission's latest view.
-pub fn admission_view(capacity: f64, room: u64, backlog: u64, active_partners: u64) {
+pub(crate) fn admission_view(capacity: f64, room: u64, backlog: u64, active_partners: u64) {
     gauge!(ADMISSION_CAPACITY).set(capacity);
     gauge!(ADMISSION_ROOM).set(room as f64);
     gauge!(ADMISSION_BACKLOG).set(backlog as f64);
@@ -381,32 +381,32 @@ pub fn admission_view(capacity: f64, room: u64, backlog: u64, active_partners: u
 }
 
 /// The supplier asked us to slow down.
-pub fn supplier_slow_down() {
+pub(crate) fn supplier_slow_down() {
     counter!(SUPPLIER_SLOW_DOWNS).increment(1);
 }
 
 /// A supplier order of `units` units was written down.
-pub fn supplier_order_opened(mode: &'static str, units: usize) {
+pub(crate) fn supplier_order_opened(mode: &'static str, units: usize) {
     histogram!(SUPPLIER_ORDER_UNITS, "mode" => mode).record(units as f64);
 }
 
 /// A deposit moved from one status to another (`none`: it was just created).
-pub fn deposit_transition(from: &str, to: &str) {
+pub(crate) fn deposit_transition(from: &str, to: &str) {
     counter!(DEPOSIT_TRANSITIONS, "from" => from.to_owned(), "to" => to.to_owned()).increment(1);
 }
 
 /// A supervisor restarted a failed actor.
-pub fn actor_restarted(kind: &'static str) {
+pub(crate) fn actor_restarted(kind: &'static str) {
     counter!(ACTOR_RESTARTS, "kind" => kind).increment(1);
 }
 
 /// A request refused with 429 (`class`: the rate class, or `failed_auth`).
-pub fn rate_limited(class: &'static str) {
+pub(crate) fn rate_limited(class: &'static str) {
     counter!(RATE_LIMIT_REJECTIONS, "class" => class).increment(1);
 }
 
 /// A failed authentication of a partner request, by its error code.
-pub fn auth_failed(code: &'static str) {
+pub(crate) fn auth_failed(code: &'static str) {
     counter!(AUTH_FAILURES, "code" => code).increment(1);
 }
 

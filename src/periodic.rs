@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 /// Runs `pass` at once and then every `period` until `stop`. A pass that
 /// overruns delays the next one instead of being followed by a burst; a pass
 /// under way finishes before `stop` is noticed.
-pub async fn every<F, Fut>(period: Duration, stop: &CancellationToken, mut pass: F)
+pub(crate) async fn every<F, Fut>(period: Duration, stop: &CancellationToken, mut pass: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,

@@ -323,7 +323,7 @@ impl Admission {
 }
 
 /// Refreshes the view every `every` until `stop`.
-pub async fn refresh_until_stopped(
+pub(crate) async fn refresh_until_stopped(
     admission: Arc<Admission>,
     db: Db,
     every: Duration,

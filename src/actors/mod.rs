@@ -6,7 +6,9 @@
 //!   supervises them (restart with state reloaded from the database), and
 //!   passivates idle ones.
 //! - [`provisioning`]: asks the supplier for profiles of accepted orders,
-//!   with bounded concurrency.
+//!   with bounded concurrency; [`supplier_orders`] gathers their units
+//!   into supplier orders, and [`deliveries`] writes the profiles back in
+//!   batches.
 //! - [`reconciler`]: re-drives orders stranded in `processing`.
 //! - [`admission`]: the node's view of what the supplier can take, from
 //!   which account actors admit live orders (not an actor: a shared view
@@ -15,17 +17,18 @@
 //! Every start, stop, failure and restart is one log line with the fields
 //! `actor`, `partner_id` (account actors) and `reason`.
 
-pub mod account;
-pub mod accounts;
-pub mod admission;
-pub mod provisioning;
-pub mod reconciler;
-pub mod services;
-pub mod supplier_orders;
-pub mod writer;
+pub(crate) mod account;
+pub(crate) mod accounts;
+pub(crate) mod admission;
+pub(crate) mod deliveries;
+pub(crate) mod provisioning;
+pub(crate) mod reconciler;
+pub(crate) mod services;
+pub(crate) mod supplier_orders;
+pub(crate) mod writer;
 
 /// Logs one supervision event in the uniform shape operators filter on.
-pub fn log_lifecycle(actor: &str, partner_id: Option<&str>, event: &str, reason: &str) {
+pub(crate) fn log_lifecycle(actor: &str, partner_id: Option<&str>, event: &str, reason: &str) {
     match event {
         "failed" => tracing::error!(actor, partner_id, event, reason, "actor {event}"),
         _ => tracing::info!(actor, partner_id, event, reason, "actor {event}"),

@@ -14,13 +14,13 @@ use crate::{
 };
 
 /// Messages of the reconciler.
-pub enum ReconcilerMsg {
+pub(crate) enum ReconcilerMsg {
     /// Run one pass now.
     Tick,
 }
 
 #[derive(Clone)]
-pub struct ReconcilerArgs {
+pub(crate) struct ReconcilerArgs {
     pub db: Db,
     /// Where the current provisioning actor is found.
     pub accounts: Accounts,
@@ -31,7 +31,7 @@ pub struct ReconcilerArgs {
     pub liveness: Duration,
 }
 
-pub struct ReconcilerActor;
+pub(crate) struct ReconcilerActor;
 
 impl Actor for ReconcilerActor {
     type Msg = ReconcilerMsg;

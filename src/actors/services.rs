@@ -14,22 +14,22 @@ use super::{
 
 /// What the supervisor starts.
 #[derive(Clone)]
-pub struct ServicesArgs {
+pub(crate) struct ServicesArgs {
     /// Where senders find provisioning; pointed at each new actor.
     pub handle: ProvisioningHandle,
     pub provisioning: ProvisioningArgs,
     pub reconciler: ReconcilerArgs,
 }
 
-pub struct ServicesSupervisor;
+pub(crate) struct ServicesSupervisor;
 
-pub struct ServicesState {
+pub(crate) struct ServicesState {
     args: ServicesArgs,
     provisioning_id: Option<ractor::ActorId>,
 }
 
 /// No messages: it only supervises.
-pub enum ServicesMsg {}
+pub(crate) enum ServicesMsg {}
 
 impl ServicesSupervisor {
     async fn start_provisioning(

@@ -32,7 +32,7 @@ pub struct Job {
 }
 
 /// Balances after a job: (live, sandbox), `None` for a mode it did not touch.
-pub type Committed = (Option<i64>, Option<i64>);
+pub(crate) type Committed = (Option<i64>, Option<i64>);
 
 type Queued = (Job, oneshot::Sender<Result<Committed, AcceptError>>);
 

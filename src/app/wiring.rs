@@ -18,7 +18,8 @@ use crate::{
     actors::{
         accounts::Accounts,
         admission::{Admission, AdmissionArgs},
-        provisioning::{DeliveryWriter, ProvisioningArgs, ProvisioningHandle},
+        deliveries::DeliveryWriter,
+        provisioning::{ProvisioningArgs, ProvisioningHandle},
         reconciler::ReconcilerArgs,
         services::{ServicesArgs, ServicesMsg, ServicesSupervisor},
         supplier_orders::{SupplierOrders, SupplierOrdersArgs},

@@ -15,7 +15,7 @@
 
 /// What the supplier can take right now, as the estimator sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Capacity {
+pub(crate) struct Capacity {
     /// Calls per second the supplier accepts (its documented limit).
     pub calls_per_second: f64,
     /// Units each call moves on average: units placed over every live call
@@ -28,19 +28,19 @@ pub struct Capacity {
 
 impl Capacity {
     /// Units per second the supplier can deliver.
-    pub fn units_per_second(&self) -> f64 {
+    pub(crate) fn units_per_second(&self) -> f64 {
         (self.calls_per_second * self.units_per_call * self.slowdown_factor).max(0.0)
     }
 
     /// Units the backlog may hold: what drains within `horizon_seconds`.
-    pub fn room_units(&self, horizon_seconds: u32) -> u64 {
+    pub(crate) fn room_units(&self, horizon_seconds: u32) -> u64 {
         (self.units_per_second() * f64::from(horizon_seconds)).floor() as u64
     }
 }
 
 /// The backlog as admission sees it: live units accepted and not settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Backlog {
+pub(crate) struct Backlog {
     /// Every partner's units together.
     pub total_units: u64,
     /// The asking partner's units.
@@ -130,7 +130,7 @@ impl Allowance {
 /// The allowance of one partner given the capacity, the horizon and the
 /// backlog: what keeps both its own units within its share and the whole
 /// backlog within `capacity × horizon`.
-pub fn allowance(capacity: &Capacity, horizon_seconds: u32, backlog: Backlog) -> Allowance {
+pub(crate) fn allowance(capacity: &Capacity, horizon_seconds: u32, backlog: Backlog) -> Allowance {
     let per_second = capacity.units_per_second();
     let room = capacity.room_units(horizon_seconds);
     let active = backlog.active_partners.max(1);
@@ -155,7 +155,7 @@ pub fn allowance(capacity: &Capacity, horizon_seconds: u32, backlog: Backlog) ->
 /// idle supplier moves few units per call because few are asked for, which
 /// says nothing about what it could move.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct UnitsPerCall {
+pub(crate) struct UnitsPerCall {
     estimate: f64,
 }
 
@@ -164,14 +164,14 @@ const LEARNING_RATE: f64 = 0.3;
 
 impl UnitsPerCall {
     /// Starts from `initial` (conservative: one unit per call).
-    pub fn new(initial: f64) -> Self {
+    pub(crate) fn new(initial: f64) -> Self {
         Self {
             estimate: initial.max(0.0),
         }
     }
 
     /// The current estimate.
-    pub fn get(&self) -> f64 {
+    pub(crate) fn get(&self) -> f64 {
         self.estimate
     }
 
@@ -179,7 +179,7 @@ impl UnitsPerCall {
     /// the calls used at least half of `limit`. `ceiling` caps the estimate
     /// (a supplier order carries at most that many units and needs at least
     /// two calls: the placement and one question).
-    pub fn observe(&mut self, calls: u64, units: u64, limit: u64, ceiling: f64) {
+    pub(crate) fn observe(&mut self, calls: u64, units: u64, limit: u64, ceiling: f64) {
         if calls == 0 || calls * 2 < limit {
             return;
         }

@@ -32,7 +32,7 @@
 //! `InvoiceRefund` webhook ([`refund_step`]).
 
 use chrono::{DateTime, Utc};
-pub use entities::states::{DepositStatus, ReviewReason};
+pub(crate) use entities::states::{DepositStatus, ReviewReason};
 
 /// Greenfield's `InvoiceStatus`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +108,7 @@ pub struct InvoiceReading {
 
 /// The deposit as the table needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DepositView {
+pub(crate) struct DepositView {
     pub status: DepositStatus,
     pub credited_cents: Option<i64>,
     pub expires_at: Option<DateTime<Utc>>,
@@ -116,7 +116,7 @@ pub struct DepositView {
 
 /// What to do with a deposit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Nothing changes; ask again later.
     Wait,
     /// `pending` → `cancelled` (still claimable).
@@ -136,7 +136,7 @@ pub enum Step {
 }
 
 /// The state table (see the module documentation).
-pub fn step(deposit: DepositView, reading: InvoiceReading, now: DateTime<Utc>) -> Step {
+pub(crate) fn step(deposit: DepositView, reading: InvoiceReading, now: DateTime<Utc>) -> Step {
     match deposit.status {
         DepositStatus::Pending | DepositStatus::Cancelled => step_open(deposit, reading, now),
         DepositStatus::Credited => step_credited(deposit, reading),
@@ -209,7 +209,7 @@ fn step_credited(deposit: DepositView, reading: InvoiceReading) -> Step {
 
 /// A refund (a pull payment the store created for the invoice) confirmed
 /// through the provider's API.
-pub fn refund_step(deposit: DepositStatus, refund_cents: i64) -> Step {
+pub(crate) fn refund_step(deposit: DepositStatus, refund_cents: i64) -> Step {
     match deposit {
         DepositStatus::Pending | DepositStatus::Cancelled => Step::Refund,
         DepositStatus::Credited => Step::Review {

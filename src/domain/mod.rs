@@ -5,23 +5,23 @@
 //! `entities::states`, where sea-orm stores them, and re-exported here with
 //! the rules that give them meaning; [`states`] gathers them all.
 
-pub mod admission;
+pub(crate) mod admission;
 pub mod api_key;
 pub mod cursor;
-pub mod deposit;
+pub(crate) mod deposit;
 pub mod esim;
 pub mod idempotency;
 pub mod ids;
 pub mod net;
-pub mod order;
-pub mod ordering;
+pub(crate) mod order;
+pub(crate) mod ordering;
 pub mod partner;
-pub mod pricing;
-pub mod rate;
-pub mod time;
-pub mod validation;
+pub(crate) mod pricing;
+pub(crate) mod rate;
+pub(crate) mod time;
+pub(crate) mod validation;
 
 /// Every stored vocabulary, for code that needs several.
-pub mod states {
-    pub use entities::states::*;
+pub(crate) mod states {
+    pub(crate) use entities::states::*;
 }

@@ -1,10 +1,14 @@
 //! Order and unit states, and how an order settles once every unit has.
 
-pub use entities::states::{FailureCode, OrderStatus, UnitStatus};
+pub(crate) use entities::states::{FailureCode, OrderStatus, UnitStatus};
 
 /// The final status of an order from its unit counts, or `None` while any
 /// unit is pending.
-pub fn settled_status(delivered: usize, refunded: usize, pending: usize) -> Option<OrderStatus> {
+pub(crate) fn settled_status(
+    delivered: usize,
+    refunded: usize,
+    pending: usize,
+) -> Option<OrderStatus> {
     match (delivered, refunded, pending) {
         (_, _, p) if p > 0 => None,
         (_, 0, _) => Some(OrderStatus::Completed),

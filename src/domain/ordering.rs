@@ -161,7 +161,7 @@ fn unavailable_name(why: Unavailable) -> &'static str {
 }
 
 /// An order priced and ready to be debited.
-pub trait Priced {
+pub(crate) trait Priced {
     /// The order's id, which a key accepted for it is bound to.
     fn order_id(&self) -> &str;
     /// What it costs, in cents.
@@ -204,7 +204,7 @@ pub struct Binding {
 
 /// The decision on one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Debit the float and write the order (202).
     Accept,
     /// Refuse; the key is bound when the refusal binds.
@@ -215,22 +215,14 @@ pub enum Outcome {
 
 /// An account's two floats, in cents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Floats {
+pub(crate) struct Floats {
     pub live: i64,
     pub sandbox: i64,
 }
 
 impl Floats {
-    /// The float a mode pays from.
-    pub fn of(&self, mode: Mode) -> i64 {
-        match mode {
-            Mode::Live => self.live,
-            Mode::Sandbox => self.sandbox,
-        }
-    }
-
     /// The float a mode pays from, to change it.
-    pub fn of_mut(&mut self, mode: Mode) -> &mut i64 {
+    pub(crate) fn of_mut(&mut self, mode: Mode) -> &mut i64 {
         match mode {
             Mode::Live => &mut self.live,
             Mode::Sandbox => &mut self.sandbox,
@@ -240,7 +232,7 @@ impl Floats {
 
 /// A decided batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decided {
+pub(crate) struct Decided {
     /// One per request, in order.
     pub outcomes: Vec<Outcome>,
     /// The floats after every accepted order.
@@ -250,14 +242,14 @@ pub struct Decided {
 impl Decided {
     /// Whether some order was refused for want of money (the caller may
     /// want to confirm the floats against the database before binding keys).
-    pub fn refused_for_money(&self) -> bool {
+    pub(crate) fn refused_for_money(&self) -> bool {
         self.outcomes
             .iter()
             .any(|o| matches!(o, Outcome::Refuse(Refusal::Insufficient { .. })))
     }
 
     /// The keys this batch binds, with their bindings, in request order.
-    pub fn new_bindings<'a, T: Priced>(
+    pub(crate) fn new_bindings<'a, T: Priced>(
         &'a self,
         requests: &'a [OrderRequest<T>],
     ) -> impl Iterator<Item = (&'a str, Binding)> + 'a {
@@ -280,7 +272,7 @@ impl Decided {
 
 /// Decides a batch in order against `floats`, the keys bound before it and
 /// the live units the supplier can still take (`allowance`).
-pub fn decide<T: Priced>(
+pub(crate) fn decide<T: Priced>(
     requests: &[OrderRequest<T>],
     bound_before: &HashMap<String, Binding>,
     floats: Floats,

@@ -10,7 +10,7 @@
 //!   what the floor-clamped price really gives, rounded down.
 
 /// Basis points in one whole.
-pub const BPS_SCALE: i64 = 10_000;
+pub(crate) const BPS_SCALE: i64 = 10_000;
 
 /// Where a partner's discount comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -85,7 +85,7 @@ impl Unavailable {
 }
 
 /// The unit price of a plan for a partner with `discount_bps`.
-pub fn unit_price(
+pub(crate) fn unit_price(
     list_cents: i64,
     floor_cents: i64,
     discount_bps: i64,
@@ -111,7 +111,7 @@ pub fn unit_price(
 }
 
 /// The discount two stored prices imply, rounded down (what an order reports).
-pub fn discount_from_prices(list_cents: i64, unit_cents: i64) -> i64 {
+pub(crate) fn discount_from_prices(list_cents: i64, unit_cents: i64) -> i64 {
     if list_cents <= 0 {
         return 0;
     }
@@ -119,7 +119,7 @@ pub fn discount_from_prices(list_cents: i64, unit_cents: i64) -> i64 {
 }
 
 /// The total of `quantity` units, or `None` on overflow.
-pub fn total(unit_cents: i64, quantity: i64) -> Option<i64> {
+pub(crate) fn total(unit_cents: i64, quantity: i64) -> Option<i64> {
     unit_cents.checked_mul(quantity)
 }
 

@@ -70,7 +70,7 @@ impl Band {
 }
 
 /// Start (inclusive) and end (exclusive) of the window holding `now_unix`, in seconds.
-pub fn window_bounds(now_unix: u64, window_seconds: u32) -> (u64, u64) {
+pub(crate) fn window_bounds(now_unix: u64, window_seconds: u32) -> (u64, u64) {
     let length = u64::from(window_seconds.max(1));
     let start = now_unix - now_unix % length;
     (start, start + length)

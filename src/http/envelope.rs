@@ -17,34 +17,27 @@ use super::error::ApiError;
 use crate::domain::ids::new_request_id;
 
 /// The response header carrying the request id.
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
-
-/// The id of the request being served (a request extension).
-#[derive(Debug, Clone)]
-pub struct RequestId(pub String);
+pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
 
 /// Marks a non-2xx response whose body is already final (the health body),
 /// so the envelope leaves it alone.
 #[derive(Debug, Clone, Copy)]
-pub struct FinalBody;
+pub(crate) struct FinalBody;
 
 /// What the envelope needs to render errors.
 #[derive(Clone)]
-pub struct EnvelopeContext {
+pub(crate) struct EnvelopeContext {
     /// Base of `doc_url`, without a trailing slash.
     pub docs_base: std::sync::Arc<str>,
 }
 
 /// Request id, span, access log line and error rendering.
-pub async fn envelope(
+pub(crate) async fn envelope(
     State(ctx): State<EnvelopeContext>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
     let request_id = new_request_id();
-    request
-        .extensions_mut()
-        .insert(RequestId(request_id.clone()));
     let method = request.method().clone();
     let route = request
         .extensions()

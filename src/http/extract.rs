@@ -276,7 +276,7 @@ pub fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
 mod introspect {
     use serde::de::{self, Deserializer, Visitor};
 
-    pub struct FieldNames<'a>(pub &'a mut &'static [&'static str]);
+    pub(super) struct FieldNames<'a>(pub &'a mut &'static [&'static str]);
 
     impl<'de> Deserializer<'de> for FieldNames<'_> {
         type Error = de::value::Error;

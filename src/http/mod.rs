@@ -4,17 +4,17 @@
 
 pub mod auth;
 pub mod deposits;
-pub mod envelope;
+pub(crate) mod envelope;
 pub mod error;
 pub mod esims;
 pub mod extract;
-pub mod health;
-pub mod me;
+pub(crate) mod health;
+pub(crate) mod me;
 pub mod openapi;
 pub mod orders;
 pub mod pagination;
 pub mod plans;
-pub mod server;
+pub(crate) mod server;
 
 use axum::{
     Router, middleware,

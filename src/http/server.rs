@@ -21,7 +21,7 @@ use tower::{Service, ServiceExt};
 
 /// What a connection may cost before a handler sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct ConnectionLimits {
+pub(crate) struct ConnectionLimits {
     /// Longest a client may take to send a request's headers.
     pub header_read_timeout: Duration,
     /// Largest request head (request line and headers), in bytes.
@@ -33,7 +33,7 @@ const MIN_HEADER_BYTES: usize = 8192;
 
 /// Serves `router` on `listener` until `stop` is cancelled, then lets open
 /// connections finish their requests.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,

@@ -12,7 +12,7 @@ use crate::{
 };
 
 /// The live actors: kind, partner, mailbox length, restarts, start time.
-pub async fn list(State(state): State<AppState>) -> Json<Value> {
+pub(super) async fn list(State(state): State<AppState>) -> Json<Value> {
     let accounts = state.accounts.list();
     Json(json!({
         "object": "list",
@@ -24,7 +24,7 @@ pub async fn list(State(state): State<AppState>) -> Json<Value> {
 
 /// `GET /admission`: what the supplier can take, the backlog, each waiting
 /// partner's share and the refusals on this node.
-pub async fn admission(State(state): State<AppState>) -> Json<Value> {
+pub(super) async fn admission(State(state): State<AppState>) -> Json<Value> {
     match &state.admission {
         Some(admission) => Json(json!(admission.view())),
         None => Json(json!({
@@ -37,7 +37,7 @@ pub async fn admission(State(state): State<AppState>) -> Json<Value> {
 /// `POST /actors/{partner_id}/fail`: makes the partner's account actor fail,
 /// so an operator can watch supervision restart it. Off unless
 /// `operator.fault_injection` is true.
-pub async fn fail(
+pub(super) async fn fail(
     State(state): State<AppState>,
     Path(partner_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -56,7 +56,9 @@ pub async fn fail(
 /// `POST /actors/provisioning/fail`: makes the provisioning actor fail, so an
 /// operator can watch its supervisor restart it (and orders carry on). Off
 /// unless `operator.fault_injection` is true.
-pub async fn fail_provisioning(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn fail_provisioning(
+    State(state): State<AppState>,
+) -> Result<Json<Value>, ApiError> {
     if !state.fault_injection {
         return Err(ApiError::new(ErrorCode::NotFound)
             .with_message("Fault injection is off (operator.fault_injection)."));

@@ -24,7 +24,7 @@ use crate::{
 
 /// `POST /destinations`: upsert by code.
 #[tracing::instrument(skip_all, fields(count = body.len()))]
-pub async fn upsert_destinations(
+pub(super) async fn upsert_destinations(
     State(state): State<AppState>,
     StrictJsonArray(body): StrictJsonArray<DestinationInput>,
 ) -> Result<Json<Value>, ApiError> {
@@ -48,7 +48,7 @@ pub async fn upsert_destinations(
 
 /// `POST /plans`: upsert by id.
 #[tracing::instrument(skip_all, fields(count = body.len()))]
-pub async fn upsert_plans(
+pub(super) async fn upsert_plans(
     State(state): State<AppState>,
     StrictJsonArray(body): StrictJsonArray<PlanInput>,
 ) -> Result<Json<Value>, ApiError> {
@@ -86,12 +86,12 @@ pub async fn upsert_plans(
 /// Body of `PATCH /plans/{id}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PlanPatch {
+pub(super) struct PlanPatch {
     active: bool,
 }
 
 #[tracing::instrument(skip_all, fields(plan_id = %id))]
-pub async fn patch_plan(
+pub(super) async fn patch_plan(
     State(state): State<AppState>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<PlanPatch>,
@@ -112,12 +112,12 @@ pub async fn patch_plan(
 /// Body of `PATCH /destinations/{code}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DestinationPatch {
+pub(super) struct DestinationPatch {
     withdrawn: bool,
 }
 
 #[tracing::instrument(skip_all, fields(code = %code))]
-pub async fn patch_destination(
+pub(super) async fn patch_destination(
     State(state): State<AppState>,
     Path(code): Path<String>,
     StrictJson(body): StrictJson<DestinationPatch>,

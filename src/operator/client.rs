@@ -6,7 +6,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
 /// Talks to `/operator/v1` of a running `serve`.
-pub struct OperatorClient {
+pub(crate) struct OperatorClient {
     /// e.g. `http://127.0.0.1:8081`, no trailing slash.
     base_url: String,
     /// The operator bearer token.
@@ -15,7 +15,7 @@ pub struct OperatorClient {
 }
 
 impl OperatorClient {
-    pub fn new(base_url: &str, token: SecretString) -> anyhow::Result<Self> {
+    pub(crate) fn new(base_url: &str, token: SecretString) -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(30))
             .build()
@@ -28,7 +28,7 @@ impl OperatorClient {
     }
 
     /// Sends one request to `/operator/v1{path}` and returns the status and JSON body.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         method: Method,
         path: &str,

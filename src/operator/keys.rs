@@ -32,7 +32,7 @@ use crate::{
 /// Body of `POST /partners/{id}/keys`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct IssueKey {
+pub(super) struct IssueKey {
     mode: String,
     label: Option<String>,
     expires_at: Option<DateTime<Utc>>,
@@ -40,7 +40,7 @@ pub struct IssueKey {
 }
 
 #[tracing::instrument(skip_all, fields(partner_id = %id))]
-pub async fn issue(
+pub(super) async fn issue(
     State(state): State<AppState>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<IssueKey>,
@@ -123,7 +123,7 @@ fn normalize_cidrs(list: &[String], v: &mut Violations) -> Vec<String> {
 /// Body of `POST /keys/{id}/rotate`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RotateKey {
+pub(super) struct RotateKey {
     /// How long the old key keeps working; default one hour.
     grace_seconds: Option<i64>,
 }
@@ -136,7 +136,7 @@ const MAX_GRACE_SECONDS: i64 = 30 * 24 * 3600;
 /// Issues the replacement now (same partner, mode, label and allowlist) and
 /// lets the old key expire after the grace period.
 #[tracing::instrument(skip_all, fields(key_id = %id))]
-pub async fn rotate(
+pub(super) async fn rotate(
     State(state): State<AppState>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<RotateKey>,
@@ -190,7 +190,7 @@ pub async fn rotate(
 
 /// `POST /keys/{id}/revoke`: the key is refused from the next request on.
 #[tracing::instrument(skip_all, fields(key_id = %id))]
-pub async fn revoke(
+pub(super) async fn revoke(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<OperatorKey>, ApiError> {
@@ -207,14 +207,14 @@ pub async fn revoke(
 /// Body of `PATCH /keys/{id}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateKey {
+pub(super) struct UpdateKey {
     /// `null` clears the allowlist (any source).
     #[serde(default, deserialize_with = "super::double_option")]
     allowed_cidrs: Option<Option<Vec<String>>>,
 }
 
 #[tracing::instrument(skip_all, fields(key_id = %id))]
-pub async fn update(
+pub(super) async fn update(
     State(state): State<AppState>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<UpdateKey>,

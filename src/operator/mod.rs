@@ -5,9 +5,9 @@
 mod actors;
 mod catalogue;
 pub mod cli;
-pub mod client;
+pub(crate) mod client;
 mod keys;
-pub mod money;
+pub(crate) mod money;
 mod partners;
 mod views;
 

@@ -32,7 +32,7 @@ use crate::{
 /// Body of `POST /partners/{id}/movements`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MovementBody {
+pub(crate) struct MovementBody {
     kind: String,
     amount_cents: i64,
     description: String,
@@ -42,7 +42,7 @@ pub struct MovementBody {
 const MAX_MOVEMENT_CENTS: i64 = 1_000_000_000;
 
 #[tracing::instrument(skip_all, fields(partner_id = %id))]
-pub async fn create_movement(
+pub(crate) async fn create_movement(
     State(state): State<AppState>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<MovementBody>,
@@ -95,12 +95,12 @@ pub async fn create_movement(
 /// Body of `PUT /partners/{id}/sandbox-float`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SandboxFloatBody {
+pub(crate) struct SandboxFloatBody {
     balance_cents: i64,
 }
 
 #[tracing::instrument(skip_all, fields(partner_id = %id))]
-pub async fn set_sandbox_float(
+pub(crate) async fn set_sandbox_float(
     State(state): State<AppState>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<SandboxFloatBody>,
@@ -127,7 +127,7 @@ pub async fn set_sandbox_float(
 /// Body of `POST /partners/{id}/wire-deposits`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WireDepositBody {
+pub(crate) struct WireDepositBody {
     amount_cents: i64,
     /// The bank-statement text; unique per partner.
     reference: String,
@@ -135,7 +135,7 @@ pub struct WireDepositBody {
 
 /// Records a wire transfer, already credited, with one `deposit` ledger row.
 #[tracing::instrument(skip_all, fields(partner_id = %id))]
-pub async fn create_wire_deposit(
+pub(crate) async fn create_wire_deposit(
     State(state): State<AppState>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<WireDepositBody>,
@@ -174,11 +174,11 @@ pub async fn create_wire_deposit(
 /// Query of `GET /reviews`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ReviewsQuery {
+pub(crate) struct ReviewsQuery {
     status: Option<String>,
 }
 
-pub async fn list_reviews(
+pub(crate) async fn list_reviews(
     State(state): State<AppState>,
     crate::http::extract::StrictQuery(query): crate::http::extract::StrictQuery<ReviewsQuery>,
 ) -> Result<Json<Value>, ApiError> {
@@ -194,11 +194,11 @@ pub async fn list_reviews(
 /// Body of `POST /reviews/{id}/resolve`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ResolveBody {
+pub(crate) struct ResolveBody {
     resolution: String,
 }
 
-pub async fn resolve_review(
+pub(crate) async fn resolve_review(
     State(state): State<AppState>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<ResolveBody>,

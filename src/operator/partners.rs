@@ -30,7 +30,7 @@ use crate::{
 /// Body of `POST /partners`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CreatePartner {
+pub(super) struct CreatePartner {
     name: String,
     tier: String,
     slug: Option<String>,
@@ -40,7 +40,7 @@ pub struct CreatePartner {
 }
 
 #[tracing::instrument(skip_all)]
-pub async fn create(
+pub(super) async fn create(
     State(state): State<AppState>,
     StrictJson(body): StrictJson<CreatePartner>,
 ) -> Result<(StatusCode, Json<OperatorPartner>), ApiError> {
@@ -101,7 +101,7 @@ pub async fn create(
 }
 
 #[tracing::instrument(skip_all, fields(partner_id = %id))]
-pub async fn show(
+pub(super) async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<OperatorPartner>, ApiError> {
@@ -115,7 +115,7 @@ pub async fn show(
 /// Body of `PATCH /partners/{id}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct UpdatePartner {
+pub(super) struct UpdatePartner {
     status: Option<String>,
     tier: Option<String>,
     #[serde(default, deserialize_with = "double_option")]
@@ -124,7 +124,7 @@ pub struct UpdatePartner {
 }
 
 #[tracing::instrument(skip_all, fields(partner_id = %id))]
-pub async fn update(
+pub(super) async fn update(
     State(state): State<AppState>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<UpdatePartner>,

@@ -11,7 +11,7 @@ use crate::{
 
 /// A partner as operators see it: terms and both floats.
 #[derive(Debug, Serialize)]
-pub struct OperatorPartner {
+pub(super) struct OperatorPartner {
     pub object: &'static str,
     pub id: String,
     pub name: String,
@@ -27,13 +27,13 @@ pub struct OperatorPartner {
 
 /// Both floats of a partner, in cents.
 #[derive(Debug, Serialize)]
-pub struct Balances {
+pub(super) struct Balances {
     pub live_cents: i64,
     pub sandbox_cents: i64,
 }
 
 impl OperatorPartner {
-    pub fn new(p: PartnerWithFloats) -> Self {
+    pub(super) fn new(p: PartnerWithFloats) -> Self {
         let partner::Model {
             id,
             name,
@@ -66,7 +66,7 @@ impl OperatorPartner {
 
 /// A key as operators see it; `secret` only in the answer that issues it.
 #[derive(Debug, Serialize)]
-pub struct OperatorKey {
+pub(super) struct OperatorKey {
     pub object: &'static str,
     pub id: String,
     pub partner_id: String,
@@ -82,7 +82,7 @@ pub struct OperatorKey {
 }
 
 impl OperatorKey {
-    pub fn new(key: api_key::Model, secret: Option<String>) -> Self {
+    pub(super) fn new(key: api_key::Model, secret: Option<String>) -> Self {
         Self {
             object: "key",
             id: key.id,

@@ -1,15 +1,15 @@
 //! Stand-ins for the eSIM supplier and the crypto payment provider, served on
 //! their own listener and speaking the same HTTP protocols as the real ones.
 
-pub mod payments;
-pub mod supplier;
+pub(crate) mod payments;
+pub(crate) mod supplier;
 
 use std::sync::Arc;
 
 use axum::{Json, Router, routing::get};
 
 /// Routes of the simulators listener.
-pub fn routes(
+pub(crate) fn routes(
     supplier: Arc<supplier::SupplierSim>,
     payments: Arc<payments::PaymentsSim>,
 ) -> Router {

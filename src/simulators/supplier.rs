@@ -35,19 +35,19 @@ use crate::supplier::{
 };
 
 /// SM-DP+ address of simulated profiles.
-pub const SIM_SMDP: &str = "smdp.sim-supplier.esim-reseller.invalid";
+pub(crate) const SIM_SMDP: &str = "smdp.sim-supplier.esim-reseller.invalid";
 
 /// How far a request's `RT-Timestamp` may be from the simulator's clock.
 const TIMESTAMP_TOLERANCE_MS: u64 = 5 * 60 * 1000;
 /// Most profiles one order may carry, as documented.
-pub const MAX_COUNT: u64 = 30;
+pub(crate) const MAX_COUNT: u64 = 30;
 /// Most profiles one usage query may name, as documented.
 const MAX_USAGE_LIST: usize = 10;
 
 /// Faults and latency, changed by `POST /sim/supplier/faults`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Faults {
+pub(crate) struct Faults {
     /// How long a placed order takes to allocate.
     #[serde(default)]
     pub latency_ms: u64,
@@ -108,7 +108,7 @@ struct Stats {
 }
 
 /// Shared simulator state.
-pub struct SupplierSim {
+pub(crate) struct SupplierSim {
     access_code: String,
     secret: String,
     faults: Mutex<Faults>,
@@ -126,7 +126,12 @@ pub struct SupplierSim {
 }
 
 impl SupplierSim {
-    pub fn new(access_code: &str, secret: &str, faults: Faults, rate_limit: u32) -> Arc<Self> {
+    pub(crate) fn new(
+        access_code: &str,
+        secret: &str,
+        faults: Faults,
+        rate_limit: u32,
+    ) -> Arc<Self> {
         Arc::new(Self {
             access_code: access_code.to_owned(),
             secret: secret.to_owned(),
@@ -143,7 +148,7 @@ impl SupplierSim {
     }
 
     /// Points the webhook at the service once its address is known.
-    pub fn set_notify_url(&self, url: String) {
+    pub(crate) fn set_notify_url(&self, url: String) {
         *lock(&self.notify_url) = Some(url);
     }
 
@@ -172,7 +177,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Routes of the simulated supplier.
-pub fn routes(sim: Arc<SupplierSim>) -> Router {
+pub(crate) fn routes(sim: Arc<SupplierSim>) -> Router {
     let api = Router::new()
         .route("/api/v1/open/esim/order", post(order))
         .route("/api/v1/open/esim/query", post(query))
@@ -222,7 +227,7 @@ async fn set_faults(
 /// Body of `POST /sim/supplier/settings`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SimSettings {
+pub(crate) struct SimSettings {
     /// Requests per second accepted; 0 lifts the limit.
     rate_limit: u32,
 }

@@ -19,7 +19,7 @@ use sea_orm::{
 
 /// Inserts `models` into their table in one statement whatever their number
 /// (none: nothing is sent).
-pub async fn insert_models<E, C>(db: &C, models: &[E::Model]) -> Result<(), DbErr>
+pub(crate) async fn insert_models<E, C>(db: &C, models: &[E::Model]) -> Result<(), DbErr>
 where
     E: EntityTrait,
     C: ConnectionTrait,
@@ -41,7 +41,7 @@ where
 
 /// `column IN (ids)` with the ids in one JSON parameter, for a filter whose
 /// text is the same for one id or ten thousand.
-pub fn column_in<'a>(
+pub(crate) fn column_in<'a>(
     db: &impl ConnectionTrait,
     column: impl ColumnTrait,
     ids: impl IntoIterator<Item = &'a str>,

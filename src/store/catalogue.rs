@@ -13,7 +13,7 @@ use sea_orm::{
 const CHUNK: usize = 400;
 
 /// Everything, for the in-memory catalogue.
-pub struct CatalogueRows {
+pub(crate) struct CatalogueRows {
     pub plans: Vec<plan::Model>,
     pub destinations: Vec<destination::Model>,
     pub version: i64,
@@ -21,7 +21,7 @@ pub struct CatalogueRows {
 
 /// Reads the whole catalogue and its version.
 #[tracing::instrument(skip_all)]
-pub async fn load_all<C: ConnectionTrait>(db: &C) -> Result<CatalogueRows, DbErr> {
+pub(crate) async fn load_all<C: ConnectionTrait>(db: &C) -> Result<CatalogueRows, DbErr> {
     Ok(CatalogueRows {
         version: version(db).await?,
         plans: plan::Entity::find().all(db).await?,
@@ -30,7 +30,7 @@ pub async fn load_all<C: ConnectionTrait>(db: &C) -> Result<CatalogueRows, DbErr
 }
 
 /// The catalogue version: it changes whenever the catalogue does.
-pub async fn version<C: ConnectionTrait>(db: &C) -> Result<i64, DbErr> {
+pub(crate) async fn version<C: ConnectionTrait>(db: &C) -> Result<i64, DbErr> {
     Ok(catalogue_version::Entity::find_by_id(1)
         .one(db)
         .await?
@@ -38,12 +38,12 @@ pub async fn version<C: ConnectionTrait>(db: &C) -> Result<i64, DbErr> {
 }
 
 /// Whether no plan was ever loaded.
-pub async fn is_empty<C: ConnectionTrait>(db: &C) -> Result<bool, DbErr> {
+pub(crate) async fn is_empty<C: ConnectionTrait>(db: &C) -> Result<bool, DbErr> {
     Ok(plan::Entity::find().count(db).await? == 0)
 }
 
 /// Marks the catalogue changed (call inside the changing transaction).
-pub async fn bump_version<C: ConnectionTrait>(db: &C) -> Result<(), DbErr> {
+pub(crate) async fn bump_version<C: ConnectionTrait>(db: &C) -> Result<(), DbErr> {
     catalogue_version::Entity::update_many()
         .col_expr(
             catalogue_version::Column::Version,
@@ -56,7 +56,7 @@ pub async fn bump_version<C: ConnectionTrait>(db: &C) -> Result<(), DbErr> {
 }
 
 /// Inserts or updates destinations by code (`withdrawn` is kept on update).
-pub async fn upsert_destinations<C: ConnectionTrait>(
+pub(crate) async fn upsert_destinations<C: ConnectionTrait>(
     db: &C,
     rows: Vec<destination::Model>,
 ) -> Result<(), DbErr> {
@@ -79,7 +79,10 @@ pub async fn upsert_destinations<C: ConnectionTrait>(
 }
 
 /// Inserts or updates plans by id (`created_at` is kept on update).
-pub async fn upsert_plans<C: ConnectionTrait>(db: &C, rows: Vec<plan::Model>) -> Result<(), DbErr> {
+pub(crate) async fn upsert_plans<C: ConnectionTrait>(
+    db: &C,
+    rows: Vec<plan::Model>,
+) -> Result<(), DbErr> {
     use plan::Column as P;
     for chunk in rows.chunks(CHUNK) {
         let models = chunk.iter().cloned().map(plan::ActiveModel::from);
@@ -118,7 +121,7 @@ pub async fn upsert_plans<C: ConnectionTrait>(db: &C, rows: Vec<plan::Model>) ->
 }
 
 /// Codes of every destination.
-pub async fn destination_codes<C: ConnectionTrait>(db: &C) -> Result<Vec<String>, DbErr> {
+pub(crate) async fn destination_codes<C: ConnectionTrait>(db: &C) -> Result<Vec<String>, DbErr> {
     Ok(destination::Entity::find()
         .all(db)
         .await?
@@ -128,7 +131,7 @@ pub async fn destination_codes<C: ConnectionTrait>(db: &C) -> Result<Vec<String>
 }
 
 /// Lists or delists a plan; `None` when there is no such plan.
-pub async fn set_plan_active<C: ConnectionTrait>(
+pub(crate) async fn set_plan_active<C: ConnectionTrait>(
     db: &C,
     id: &str,
     active: bool,
@@ -144,7 +147,7 @@ pub async fn set_plan_active<C: ConnectionTrait>(
 }
 
 /// Withdraws or restores a destination; `None` when there is no such code.
-pub async fn set_destination_withdrawn<C: ConnectionTrait>(
+pub(crate) async fn set_destination_withdrawn<C: ConnectionTrait>(
     db: &C,
     code: &str,
     withdrawn: bool,

@@ -43,7 +43,7 @@ impl Change {
 
 /// Tells every listening node about `change` (delivered when the
 /// surrounding transaction, if any, commits). Does nothing on SQLite.
-pub async fn publish<C: ConnectionTrait>(db: &C, change: &Change) -> Result<(), DbErr> {
+pub(crate) async fn publish<C: ConnectionTrait>(db: &C, change: &Change) -> Result<(), DbErr> {
     if db.get_database_backend() != DbBackend::Postgres {
         return Ok(());
     }
@@ -58,7 +58,7 @@ pub async fn publish<C: ConnectionTrait>(db: &C, change: &Change) -> Result<(), 
 
 /// What a subscription heard.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Heard {
+pub(crate) enum Heard {
     /// A change published by some node (this one included).
     Change(Change),
     /// The listening connection was lost and re-established: changes
@@ -67,12 +67,12 @@ pub enum Heard {
 }
 
 /// A node's ear on the changes channel, on a connection of its own.
-pub struct Subscription {
+pub(crate) struct Subscription {
     listener: PgListener,
 }
 
 /// Starts listening; `None` on a database without notifications (SQLite).
-pub async fn subscribe(db: &DatabaseConnection) -> Result<Option<Subscription>, DbErr> {
+pub(crate) async fn subscribe(db: &DatabaseConnection) -> Result<Option<Subscription>, DbErr> {
     let DatabaseConnectionType::SqlxPostgresPoolConnection(_) = &db.inner else {
         return Ok(None);
     };
@@ -94,7 +94,7 @@ pub async fn subscribe(db: &DatabaseConnection) -> Result<Option<Subscription>, 
 impl Subscription {
     /// Waits for the next change, or for a gap after a lost connection.
     /// Payloads this version does not understand are skipped.
-    pub async fn next(&mut self) -> Result<Heard, DbErr> {
+    pub(crate) async fn next(&mut self) -> Result<Heard, DbErr> {
         loop {
             match self.listener.try_recv().await.map_err(listener_error)? {
                 None => return Ok(Heard::Gap),

@@ -16,19 +16,22 @@ use crate::domain::{
 
 use DepositStatus::{Cancelled, Credited, Pending};
 
-pub async fn insert<C: ConnectionTrait>(
+pub(crate) async fn insert<C: ConnectionTrait>(
     db: &C,
     row: deposit::Model,
 ) -> Result<deposit::Model, DbErr> {
     deposit::ActiveModel::from(row).insert(db).await
 }
 
-pub async fn get<C: ConnectionTrait>(db: &C, id: &str) -> Result<Option<deposit::Model>, DbErr> {
+pub(crate) async fn get<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+) -> Result<Option<deposit::Model>, DbErr> {
     deposit::Entity::find_by_id(id.to_owned()).one(db).await
 }
 
 /// The deposit of a provider invoice.
-pub async fn by_invoice<C: ConnectionTrait>(
+pub(crate) async fn by_invoice<C: ConnectionTrait>(
     db: &C,
     invoice_id: &str,
 ) -> Result<Option<deposit::Model>, DbErr> {
@@ -39,7 +42,7 @@ pub async fn by_invoice<C: ConnectionTrait>(
 }
 
 /// A partner's deposit.
-pub async fn find<C: ConnectionTrait>(
+pub(crate) async fn find<C: ConnectionTrait>(
     db: &C,
     partner_id: &str,
     id: &str,
@@ -51,7 +54,7 @@ pub async fn find<C: ConnectionTrait>(
 }
 
 /// A page of a partner's deposits, newest first, after the keyset `before`.
-pub async fn list<C: ConnectionTrait>(
+pub(crate) async fn list<C: ConnectionTrait>(
     db: &C,
     partner_id: &str,
     status: Option<DepositStatus>,
@@ -81,7 +84,7 @@ pub async fn list<C: ConnectionTrait>(
 
 /// Crypto deposits still pending that the reconciler should ask about:
 /// lapsed ones, and ones untouched since `stale_before`.
-pub async fn needing_sync<C: ConnectionTrait>(
+pub(crate) async fn needing_sync<C: ConnectionTrait>(
     db: &C,
     now: DateTime<Utc>,
     stale_before: DateTime<Utc>,
@@ -120,7 +123,7 @@ pub async fn needing_sync<C: ConnectionTrait>(
 }
 
 /// Moves a deposit from one of `from` to `to` (no money); returns whether it moved.
-pub async fn transition<C: ConnectionTrait>(
+pub(crate) async fn transition<C: ConnectionTrait>(
     db: &C,
     id: &str,
     from: &[DepositStatus],
@@ -138,7 +141,11 @@ pub async fn transition<C: ConnectionTrait>(
 }
 
 /// Marks a deposit looked at, so the reconciler does not ask again at once.
-pub async fn touch<C: ConnectionTrait>(db: &C, id: &str, now: DateTime<Utc>) -> Result<(), DbErr> {
+pub(crate) async fn touch<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
     deposit::Entity::update_many()
         .col_expr(deposit::Column::UpdatedAt, Expr::value(now))
         .filter(deposit::Column::Id.eq(id))
@@ -151,7 +158,7 @@ pub async fn touch<C: ConnectionTrait>(db: &C, id: &str, now: DateTime<Utc>) -> 
 /// deposit turns `credited`, the live float grows, one `deposit` ledger row is
 /// written. Returns the balance after, or `None` if it was already credited
 /// or is no longer creditable.
-pub async fn credit<C: ConnectionTrait>(
+pub(crate) async fn credit<C: ConnectionTrait>(
     txn: &C,
     deposit: &deposit::Model,
     amount_cents: i64,
@@ -211,7 +218,7 @@ pub async fn credit<C: ConnectionTrait>(
 }
 
 /// Records a wire deposit already credited, with its ledger row.
-pub async fn record_wire<C: ConnectionTrait>(
+pub(crate) async fn record_wire<C: ConnectionTrait>(
     txn: &C,
     partner_id: &str,
     amount_cents: i64,
@@ -245,7 +252,7 @@ pub async fn record_wire<C: ConnectionTrait>(
 }
 
 /// Opens a review, once per deposit and reason.
-pub async fn raise_review<C: ConnectionTrait>(
+pub(crate) async fn raise_review<C: ConnectionTrait>(
     db: &C,
     deposit: &deposit::Model,
     reason: ReviewReason,
@@ -273,7 +280,7 @@ pub async fn raise_review<C: ConnectionTrait>(
     }
 }
 
-pub async fn reviews<C: ConnectionTrait>(
+pub(crate) async fn reviews<C: ConnectionTrait>(
     db: &C,
     status: Option<ReviewStatus>,
 ) -> Result<Vec<review::Model>, DbErr> {
@@ -288,7 +295,7 @@ pub async fn reviews<C: ConnectionTrait>(
         .await
 }
 
-pub async fn resolve_review<C: ConnectionTrait>(
+pub(crate) async fn resolve_review<C: ConnectionTrait>(
     db: &C,
     id: &str,
     resolution: &str,
@@ -305,7 +312,10 @@ pub async fn resolve_review<C: ConnectionTrait>(
 }
 
 /// Whether a provider delivery was already processed.
-pub async fn delivery_seen<C: ConnectionTrait>(db: &C, delivery_id: &str) -> Result<bool, DbErr> {
+pub(crate) async fn delivery_seen<C: ConnectionTrait>(
+    db: &C,
+    delivery_id: &str,
+) -> Result<bool, DbErr> {
     Ok(
         provider_delivery::Entity::find_by_id(delivery_id.to_owned())
             .one(db)
@@ -315,7 +325,7 @@ pub async fn delivery_seen<C: ConnectionTrait>(db: &C, delivery_id: &str) -> Res
 }
 
 /// Remembers a processed delivery.
-pub async fn record_delivery<C: ConnectionTrait>(
+pub(crate) async fn record_delivery<C: ConnectionTrait>(
     db: &C,
     delivery_id: &str,
     invoice_id: &str,
@@ -335,7 +345,7 @@ pub async fn record_delivery<C: ConnectionTrait>(
 
 /// Filters of the ledger.
 #[derive(Debug, Default)]
-pub struct LedgerQuery {
+pub(crate) struct LedgerQuery {
     pub kind: Option<LedgerKind>,
     /// Inclusive.
     pub created_after: Option<DateTime<Utc>>,
@@ -347,7 +357,7 @@ pub struct LedgerQuery {
 }
 
 /// A page of a partner's ledger, `seq` descending.
-pub async fn ledger<C: ConnectionTrait>(
+pub(crate) async fn ledger<C: ConnectionTrait>(
     db: &C,
     partner_id: &str,
     query: &LedgerQuery,

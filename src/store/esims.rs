@@ -10,7 +10,7 @@ use sea_orm::{
 use crate::domain::{partner::Mode, states::EsimStatus};
 
 /// A profile of a partner in a mode.
-pub async fn find<C: ConnectionTrait>(
+pub(crate) async fn find<C: ConnectionTrait>(
     db: &C,
     partner_id: &str,
     mode: Mode,
@@ -25,7 +25,7 @@ pub async fn find<C: ConnectionTrait>(
 
 /// Filters of the profile list.
 #[derive(Debug, Default)]
-pub struct EsimQuery {
+pub(crate) struct EsimQuery {
     pub order_id: Option<String>,
     pub status: Option<EsimStatus>,
     /// Exclusive.
@@ -36,7 +36,7 @@ pub struct EsimQuery {
 }
 
 /// A page of a partner's profiles in one mode, newest first.
-pub async fn list<C: ConnectionTrait>(
+pub(crate) async fn list<C: ConnectionTrait>(
     db: &C,
     partner_id: &str,
     mode: Mode,

@@ -10,7 +10,7 @@ use sea_orm::{
 use crate::domain::partner::Mode;
 
 /// A key row to insert; the secret itself is never passed here.
-pub struct NewKey {
+pub(crate) struct NewKey {
     pub id: String,
     pub partner_id: String,
     pub mode: Mode,
@@ -22,7 +22,7 @@ pub struct NewKey {
 }
 
 #[tracing::instrument(skip_all, fields(partner_id = %new.partner_id, key_id = %new.id))]
-pub async fn insert<C: ConnectionTrait>(
+pub(crate) async fn insert<C: ConnectionTrait>(
     db: &C,
     new: NewKey,
     now: DateTime<Utc>,
@@ -44,7 +44,7 @@ pub async fn insert<C: ConnectionTrait>(
 }
 
 /// The key whose secret hashes to `hash`.
-pub async fn find_by_hash<C: ConnectionTrait>(
+pub(crate) async fn find_by_hash<C: ConnectionTrait>(
     db: &C,
     hash: &str,
 ) -> Result<Option<api_key::Model>, DbErr> {
@@ -55,12 +55,15 @@ pub async fn find_by_hash<C: ConnectionTrait>(
 }
 
 /// One key by id.
-pub async fn find<C: ConnectionTrait>(db: &C, id: &str) -> Result<Option<api_key::Model>, DbErr> {
+pub(crate) async fn find<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+) -> Result<Option<api_key::Model>, DbErr> {
     api_key::Entity::find_by_id(id.to_owned()).one(db).await
 }
 
 /// Sets or clears a key's expiry.
-pub async fn set_expiry<C: ConnectionTrait>(
+pub(crate) async fn set_expiry<C: ConnectionTrait>(
     db: &C,
     key: api_key::Model,
     expires_at: Option<DateTime<Utc>>,
@@ -71,7 +74,7 @@ pub async fn set_expiry<C: ConnectionTrait>(
 }
 
 /// Marks a key revoked.
-pub async fn revoke<C: ConnectionTrait>(
+pub(crate) async fn revoke<C: ConnectionTrait>(
     db: &C,
     key: api_key::Model,
     at: DateTime<Utc>,
@@ -82,7 +85,7 @@ pub async fn revoke<C: ConnectionTrait>(
 }
 
 /// Replaces (or clears, with `None`) a key's allowlist.
-pub async fn set_allowlist<C: ConnectionTrait>(
+pub(crate) async fn set_allowlist<C: ConnectionTrait>(
     db: &C,
     key: api_key::Model,
     cidrs: Option<Vec<String>>,

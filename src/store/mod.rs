@@ -5,16 +5,16 @@
 //! `IMMEDIATE` ([`begin_write`]) so two writers never deadlock on a lock
 //! upgrade and SQLite never answers `SQLITE_BUSY` mid-transaction.
 
-pub mod bulk;
-pub mod catalogue;
-pub mod changes;
-pub mod deposits;
-pub mod esims;
-pub mod keys;
+pub(crate) mod bulk;
+pub(crate) mod catalogue;
+pub(crate) mod changes;
+pub(crate) mod deposits;
+pub(crate) mod esims;
+pub(crate) mod keys;
 pub mod nodes;
 pub mod orders;
 pub mod partners;
-pub mod supplier_orders;
+pub(crate) mod supplier_orders;
 
 use std::{
     collections::HashMap,

@@ -16,7 +16,7 @@ use SupplierOrderStatus::{Placed, Placing};
 /// Writes a supplier order down and gives it its units. Only units still
 /// pending and carried by no supplier order are taken; `Ok(false)` (and the
 /// caller rolls back) if any of them was not.
-pub async fn open<C: ConnectionTrait>(
+pub(crate) async fn open<C: ConnectionTrait>(
     txn: &C,
     row: supplier_order::Model,
     unit_ids: &[String],
@@ -39,7 +39,7 @@ pub async fn open<C: ConnectionTrait>(
     Ok(taken.rows_affected == unit_ids.len() as u64)
 }
 
-pub async fn get<C: ConnectionTrait>(
+pub(crate) async fn get<C: ConnectionTrait>(
     db: &C,
     id: &str,
 ) -> Result<Option<supplier_order::Model>, DbErr> {
@@ -48,20 +48,9 @@ pub async fn get<C: ConnectionTrait>(
         .await
 }
 
-/// The supplier order with this supplier order number.
-pub async fn by_order_no<C: ConnectionTrait>(
-    db: &C,
-    order_no: &str,
-) -> Result<Option<supplier_order::Model>, DbErr> {
-    supplier_order::Entity::find()
-        .filter(supplier_order::Column::OrderNo.eq(order_no))
-        .one(db)
-        .await
-}
-
 /// The units a supplier order carries, in the order profiles are dealt to
 /// them (by unit id).
-pub async fn units_of<C: ConnectionTrait>(
+pub(crate) async fn units_of<C: ConnectionTrait>(
     db: &C,
     id: &str,
 ) -> Result<Vec<order_unit::Model>, DbErr> {
@@ -73,7 +62,7 @@ pub async fn units_of<C: ConnectionTrait>(
 }
 
 /// Records the supplier's order number: the order is placed.
-pub async fn placed<C: ConnectionTrait>(
+pub(crate) async fn placed<C: ConnectionTrait>(
     db: &C,
     id: &str,
     order_no: &str,
@@ -91,7 +80,7 @@ pub async fn placed<C: ConnectionTrait>(
 }
 
 /// Moves a supplier order to a final status (`allocated` or `failed`).
-pub async fn finish<C: ConnectionTrait>(
+pub(crate) async fn finish<C: ConnectionTrait>(
     db: &C,
     id: &str,
     status: SupplierOrderStatus,
@@ -114,7 +103,7 @@ pub async fn finish<C: ConnectionTrait>(
 }
 
 /// Counts a placement call that settled nothing; returns the attempts so far.
-pub async fn failed_attempt<C: ConnectionTrait>(
+pub(crate) async fn failed_attempt<C: ConnectionTrait>(
     db: &C,
     id: &str,
     error: &str,

@@ -19,7 +19,7 @@ use crate::metrics::supplier_call;
 
 /// The outcome label of a supplier call: `ok`, `refused` or `transient`
 /// (a query for a profile still being allocated is `pending`, decided by the caller).
-pub fn supplier_outcome<T>(result: &Result<T, SupplierError>) -> &'static str {
+pub(crate) fn supplier_outcome<T>(result: &Result<T, SupplierError>) -> &'static str {
     match result {
         Ok(_) => "ok",
         Err(SupplierError::Refused(_)) => "refused",
@@ -49,13 +49,13 @@ impl Tally {
 }
 
 /// Wraps a supplier; every call is recorded with its operation and outcome.
-pub struct Metered {
+pub(crate) struct Metered {
     inner: Arc<dyn Supplier>,
     tally: Arc<Tally>,
 }
 
 impl Metered {
-    pub fn new(inner: Arc<dyn Supplier>) -> Self {
+    pub(crate) fn new(inner: Arc<dyn Supplier>) -> Self {
         Self {
             inner,
             tally: Arc::default(),
@@ -63,7 +63,7 @@ impl Metered {
     }
 
     /// The running count of this supplier's calls and placed units.
-    pub fn tally(&self) -> Arc<Tally> {
+    pub(crate) fn tally(&self) -> Arc<Tally> {
         self.tally.clone()
     }
 }

@@ -10,8 +10,8 @@
 
 pub mod esim_access;
 pub mod gate;
-pub mod metered;
-pub mod sandbox;
+pub(crate) mod metered;
+pub(crate) mod sandbox;
 
 use async_trait::async_trait;
 

@@ -15,16 +15,16 @@ use super::{Allocation, Profile, Supplier, SupplierError, Usage};
 use crate::domain::esim;
 
 /// SM-DP+ address of sandbox profiles.
-pub const SANDBOX_SMDP: &str = "smdp.sandbox.esim-reseller.invalid";
+pub(crate) const SANDBOX_SMDP: &str = "smdp.sandbox.esim-reseller.invalid";
 
-pub struct SandboxSupplier {
+pub(crate) struct SandboxSupplier {
     slow: Duration,
     /// Order number → (ready at, transaction id, count).
     orders: Mutex<HashMap<String, (Instant, String, u32)>>,
 }
 
 impl SandboxSupplier {
-    pub fn new(slow: Duration) -> Self {
+    pub(crate) fn new(slow: Duration) -> Self {
         Self {
             slow,
             orders: Mutex::new(HashMap::new()),
@@ -42,7 +42,7 @@ fn unit_number(transaction_id: &str) -> u64 {
 }
 
 /// A deterministic profile for a transaction.
-pub fn profile_for(transaction_id: &str, smdp: &str) -> Profile {
+pub(crate) fn profile_for(transaction_id: &str, smdp: &str) -> Profile {
     let digest = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
         transaction_id.as_bytes(),
     ));
@@ -62,7 +62,7 @@ pub fn profile_for(transaction_id: &str, smdp: &str) -> Profile {
 
 /// The profiles of a supplier order: one per unit, each a deterministic
 /// function of the transaction id and its place in the order.
-pub fn profiles_for(transaction_id: &str, count: u32, smdp: &str) -> Vec<Profile> {
+pub(crate) fn profiles_for(transaction_id: &str, count: u32, smdp: &str) -> Vec<Profile> {
     if count <= 1 {
         return vec![profile_for(transaction_id, smdp)];
     }

@@ -49,14 +49,14 @@ use money::{apply_movement, credit_deposit, refund, wire_deposit};
 const REMEMBERED_KEYS: usize = 4096;
 
 /// Most order requests committed in one transaction.
-pub const MAX_BATCH: usize = 512;
+pub(crate) const MAX_BATCH: usize = 512;
 
 /// Times a batch is decided again after a guard fired before giving up
 /// with `409 conflict` (each time after reloading from the database).
 const GUARD_RETRIES: usize = 3;
 
 /// An order request: the priced order (the edge's refusal otherwise).
-pub type PlaceOrder = OrderRequest<order::Model>;
+pub(crate) type PlaceOrder = OrderRequest<order::Model>;
 
 impl Priced for order::Model {
     fn order_id(&self) -> &str {
@@ -119,7 +119,7 @@ impl From<sea_orm::DbErr> for AccountError {
 }
 
 /// Messages of the account actor.
-pub enum AccountMsg {
+pub(crate) enum AccountMsg {
     /// Decide an order (with the next flush).
     PlaceOrder(
         Box<PlaceOrder>,
@@ -149,7 +149,8 @@ pub enum AccountMsg {
     ),
     /// Decide and persist every order request queued so far.
     Flush,
-    /// The balances as this actor holds them: (live, sandbox).
+    /// The balances as this actor holds them: (live, sandbox); for tests.
+    #[cfg(test)]
     Balances(RpcReplyPort<(i64, i64)>),
     /// Fault injection: fail this actor (the directory restarts it).
     Fail,
@@ -175,7 +176,7 @@ pub struct Movement {
 
 /// What an account actor needs.
 #[derive(Clone)]
-pub struct AccountArgs {
+pub(crate) struct AccountArgs {
     pub partner_id: String,
     pub db: Db,
     pub provisioning: Option<ProvisioningHandle>,
@@ -189,10 +190,10 @@ pub struct AccountArgs {
 }
 
 /// The actor.
-pub struct AccountActor;
+pub(crate) struct AccountActor;
 
 /// Its state: the floats and the recently used keys.
-pub struct AccountState {
+pub(crate) struct AccountState {
     args: AccountArgs,
     floats: Floats,
     keys: HashMap<String, Binding>,
@@ -338,6 +339,7 @@ async fn handle_message(
             }
             flush(state, batch).await;
         }
+        #[cfg(test)]
         AccountMsg::Balances(reply) => {
             let _ = reply.send((state.floats.live, state.floats.sandbox));
         }

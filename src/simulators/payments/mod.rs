@@ -12,9 +12,11 @@
 //! fixed rate; both methods report the same `totalPaid`, the total over all
 //! methods, as Greenfield does.
 
+mod control;
+mod invoice;
+
 use std::{
     collections::HashMap,
-    str::FromStr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -28,145 +30,16 @@ use axum::{
     response::{Html, IntoResponse, Response},
     routing::{get, post},
 };
-use chrono::{DateTime, Utc};
-use rust_decimal::{Decimal, RoundingStrategy};
-use serde::Deserialize;
+use chrono::Utc;
+use rust_decimal::Decimal;
 use serde_json::{Value, json};
 
-use crate::payments::btcpay::{cents_to_decimal, decimal_to_cents, signature};
-
-/// USD per BTC of every simulated payment.
-const RATE: &str = "96414.37";
-/// How long a lapsed invoice is still watched for payments (BTCPay's default).
-const MONITORING_MINUTES: i64 = 1440;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PaymentStatus {
-    Processing,
-    Settled,
-}
-
-#[derive(Debug, Clone)]
-struct Payment {
-    id: String,
-    /// `BTC-CHAIN` or `BTC-LN`.
-    method: &'static str,
-    /// In BTC.
-    value: Decimal,
-    status: PaymentStatus,
-    received: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone)]
-struct PullPayment {
-    id: String,
-    /// In BTC (a refund at the rate of the payment).
-    amount: Decimal,
-    created: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone)]
-struct Invoice {
-    id: String,
-    order_id: String,
-    amount_cents: i64,
-    status: &'static str,
-    additional_status: &'static str,
-    payments: Vec<Payment>,
-    refunds: Vec<PullPayment>,
-    created: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
-}
-
-impl Invoice {
-    fn rate() -> Decimal {
-        Decimal::from_str(RATE).unwrap_or(Decimal::ONE)
-    }
-
-    fn paid_btc(&self) -> Decimal {
-        self.payments.iter().map(|p| p.value).sum()
-    }
-
-    /// What arrived, in USD cents, rounded as BTCPay rounds `paidAmount`.
-    fn paid_cents(&self) -> i64 {
-        btc_to_cents(self.paid_btc())
-    }
-
-    fn due_btc(&self) -> Decimal {
-        usd_cents_to_btc(self.amount_cents)
-    }
-
-    fn confirming(&self) -> bool {
-        self.payments
-            .iter()
-            .any(|p| p.status == PaymentStatus::Processing)
-    }
-
-    /// `InvoiceWatcher.UpdateInvoice`, for the cases the simulator makes.
-    fn update(&mut self) {
-        let paid = self.paid_cents();
-        let has_payment = !self.payments.is_empty();
-        let underpaid = paid < self.amount_cents;
-        match self.status {
-            "New" if !underpaid => {
-                self.status = "Processing";
-                self.additional_status = if paid > self.amount_cents {
-                    "PaidOver"
-                } else {
-                    "None"
-                };
-            }
-            "New" | "Expired" if has_payment && underpaid => self.additional_status = "PaidPartial",
-            "Expired" if !underpaid => self.additional_status = "PaidLate",
-            _ => {}
-        }
-        if self.status == "Processing" && !self.confirming() {
-            self.status = "Settled";
-        }
-    }
-
-    fn expire(&mut self) {
-        if self.status == "New" {
-            self.status = "Expired";
-            self.expires_at = self.expires_at.min(Utc::now());
-        }
-    }
-
-    fn pay(&mut self, cents: i64, method: &'static str, confirmed: bool) -> Payment {
-        let payment = Payment {
-            id: format!("{}-{}", uuid::Uuid::new_v4().simple(), self.payments.len()),
-            method,
-            value: usd_cents_to_btc(cents),
-            status: if confirmed {
-                PaymentStatus::Settled
-            } else {
-                PaymentStatus::Processing
-            },
-            received: Utc::now(),
-        };
-        self.payments.push(payment.clone());
-        self.update();
-        payment
-    }
-}
-
-fn usd_cents_to_btc(cents: i64) -> Decimal {
-    (Decimal::from(cents) / Decimal::ONE_HUNDRED / Invoice::rate())
-        .round_dp_with_strategy(8, RoundingStrategy::MidpointNearestEven)
-}
-
-fn btc_to_cents(btc: Decimal) -> i64 {
-    let usd =
-        (btc * Invoice::rate()).round_dp_with_strategy(2, RoundingStrategy::MidpointNearestEven);
-    i64::try_from((usd * Decimal::ONE_HUNDRED).trunc()).unwrap_or(i64::MAX)
-}
-
-fn btc(value: Decimal) -> String {
-    format!("{:.8}", value)
-}
+use crate::payments::btcpay::{cents_to_decimal, decimal_to_cents};
+use control::{event, settings};
+use invoice::{Invoice, MONITORING_MINUTES, Payment, PaymentStatus, RATE, btc};
 
 /// Shared simulator state.
-pub struct PaymentsSim {
+pub(crate) struct PaymentsSim {
     api_key: String,
     webhook_secret: String,
     /// Where webhooks go: the service's public `/callbacks/btcpay`.
@@ -180,7 +53,7 @@ pub struct PaymentsSim {
 }
 
 impl PaymentsSim {
-    pub fn new(api_key: &str, webhook_secret: &str) -> Arc<Self> {
+    pub(crate) fn new(api_key: &str, webhook_secret: &str) -> Arc<Self> {
         Arc::new(Self {
             api_key: api_key.to_owned(),
             webhook_secret: webhook_secret.to_owned(),
@@ -193,7 +66,7 @@ impl PaymentsSim {
     }
 
     /// Points webhooks at the service once its address is known.
-    pub fn set_callback_url(&self, url: String) {
+    pub(crate) fn set_callback_url(&self, url: String) {
         *lock(&self.callback_url) = Some(url);
     }
 
@@ -208,7 +81,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Routes of the simulated payment provider.
-pub fn routes(sim: Arc<PaymentsSim>) -> Router {
+pub(crate) fn routes(sim: Arc<PaymentsSim>) -> Router {
     Router::new()
         .route("/api/v1/stores/{store}/invoices", post(create_invoice))
         .route("/api/v1/stores/{store}/invoices/{id}", get(get_invoice))
@@ -452,268 +325,10 @@ async fn checkout_page(State(sim): State<Arc<PaymentsSim>>, Path(id): Path<Strin
     }
 }
 
-/// Body of `POST /sim/payments/settings`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SimSettings {
-    /// Whether invoices report `paidAmount`; `false` answers as a server
-    /// older than that field, leaving only the payment methods to read.
-    report_paid_amount: bool,
-}
-
-async fn settings(
-    State(sim): State<Arc<PaymentsSim>>,
-    Json(body): Json<SimSettings>,
-) -> Json<Value> {
-    sim.report_paid_amount
-        .store(body.report_paid_amount, Ordering::Relaxed);
-    Json(json!({ "report_paid_amount": body.report_paid_amount }))
-}
-
-/// Body of the control route.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SimEvent {
-    /// What happens to the invoice:
-    /// - `partial`: a confirmed payment of `amount_cents`; the invoice stays open;
-    /// - `paid`: a confirmed payment of `amount_cents` that makes the invoice
-    ///   final: settled (over-paid if more than due), or, if it is still short,
-    ///   marked settled by the store;
-    /// - `unconfirmed`: a payment still confirming (settled by `confirm`);
-    /// - `confirm`: every payment confirms;
-    /// - `paid_late`: the invoice lapses (if it had not), then a confirmed
-    ///   payment arrives (`Expired`/`PaidLate`, or `PaidPartial` if short);
-    /// - `expire`: the invoice lapses;
-    /// - `zero`: the store marks the invoice settled with nothing paid;
-    /// - `invalid`: the payments failed to confirm in time;
-    /// - `mark_invalid`: the store marks the invoice invalid;
-    /// - `refund`: the store creates a refund pull payment of what was paid;
-    /// - `redeliver`: the last webhook is delivered again.
-    event: String,
-    #[serde(default)]
-    amount_cents: i64,
-    /// `chain` (default) or `lightning`.
-    #[serde(default)]
-    method: Option<String>,
-}
-
-async fn event(
-    State(sim): State<Arc<PaymentsSim>>,
-    Path(dep_id): Path<String>,
-    Json(body): Json<SimEvent>,
-) -> Response {
-    if body.event == "redeliver" {
-        return redeliver(&sim, &dep_id).await;
-    }
-    let method = match body.method.as_deref() {
-        None | Some("chain") => "BTC-CHAIN",
-        Some("lightning") => "BTC-LN",
-        Some(_) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                Json(json!({ "message": "method is chain or lightning" })),
-            )
-                .into_response();
-        }
-    };
-    let update = {
-        let mut invoices = lock(&sim.invoices);
-        let Some(invoice) = invoices.values_mut().find(|i| i.order_id == dep_id) else {
-            return (
-                StatusCode::NOT_FOUND,
-                Json(json!({ "message": "no invoice for that deposit" })),
-            )
-                .into_response();
-        };
-        match apply_event(invoice, &body.event, body.amount_cents, method) {
-            Some(payload) => payload,
-            None => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    Json(json!({ "message": "unknown event" })),
-                )
-                    .into_response();
-            }
-        }
-    };
-    lock(&sim.last_webhook).insert(dep_id, update.clone());
-    deliver(&sim, update).await
-}
-
-/// Changes the invoice and builds the webhook BTCPay would send for it.
-fn apply_event(
-    invoice: &mut Invoice,
-    event: &str,
-    cents: i64,
-    method: &'static str,
-) -> Option<Value> {
-    let (kind, extra) = match event {
-        "partial" | "unconfirmed" => {
-            let payment = invoice.pay(cents, method, event == "partial");
-            received_payment(invoice, &payment, false)
-        }
-        "paid" => {
-            invoice.pay(cents, method, true);
-            if invoice.status == "New" {
-                // Still short: the store settles it by hand.
-                invoice.status = "Settled";
-                invoice.additional_status = "Marked";
-                (
-                    "InvoiceSettled",
-                    json!({ "manuallyMarked": true, "overPaid": false }),
-                )
-            } else {
-                settled(invoice)
-            }
-        }
-        "confirm" => {
-            for payment in &mut invoice.payments {
-                payment.status = PaymentStatus::Settled;
-            }
-            invoice.update();
-            if invoice.status == "Settled" {
-                settled(invoice)
-            } else {
-                (
-                    "InvoicePaymentSettled",
-                    json!({ "afterExpiration": invoice.status == "Expired", "paymentMethodId": method }),
-                )
-            }
-        }
-        "paid_late" => {
-            invoice.expire();
-            let payment = invoice.pay(cents, method, true);
-            received_payment(invoice, &payment, true)
-        }
-        "expire" => {
-            invoice.expire();
-            let partially = invoice.additional_status == "PaidPartial";
-            ("InvoiceExpired", json!({ "partiallyPaid": partially }))
-        }
-        "zero" => {
-            invoice.status = "Settled";
-            invoice.additional_status = "Marked";
-            (
-                "InvoiceSettled",
-                json!({ "manuallyMarked": true, "overPaid": false }),
-            )
-        }
-        "invalid" | "mark_invalid" => {
-            invoice.status = "Invalid";
-            let marked = event == "mark_invalid";
-            if marked {
-                invoice.additional_status = "Marked";
-            }
-            ("InvoiceInvalid", json!({ "manuallyMarked": marked }))
-        }
-        "refund" => {
-            let refund = PullPayment {
-                id: uuid::Uuid::new_v4().simple().to_string()[..22].to_owned(),
-                amount: invoice.paid_btc(),
-                created: Utc::now(),
-            };
-            let id = refund.id.clone();
-            invoice.refunds.push(refund);
-            ("InvoiceRefund", json!({ "pullPaymentId": id }))
-        }
-        _ => return None,
-    };
-    let delivery_id = uuid::Uuid::new_v4().simple().to_string()[..22].to_owned();
-    let mut payload = json!({
-        "deliveryId": delivery_id,
-        "webhookId": "sim-webhook",
-        "originalDeliveryId": delivery_id,
-        "isRedelivery": false,
-        "type": kind,
-        "timestamp": Utc::now().timestamp(),
-        "storeId": "sim-store",
-        "invoiceId": invoice.id,
-        "metadata": { "orderId": invoice.order_id },
-    });
-    if let (Some(target), Value::Object(extra)) = (payload.as_object_mut(), extra) {
-        target.extend(extra);
-    }
-    Some(payload)
-}
-
-fn settled(invoice: &Invoice) -> (&'static str, Value) {
-    if invoice.status == "Settled" {
-        (
-            "InvoiceSettled",
-            json!({ "manuallyMarked": false, "overPaid": invoice.additional_status == "PaidOver" }),
-        )
-    } else {
-        (
-            "InvoiceProcessing",
-            json!({ "overPaid": invoice.additional_status == "PaidOver" }),
-        )
-    }
-}
-
-fn received_payment(invoice: &Invoice, payment: &Payment, late: bool) -> (&'static str, Value) {
-    (
-        "InvoiceReceivedPayment",
-        json!({
-            "afterExpiration": late || invoice.status == "Expired",
-            "paymentMethodId": payment.method,
-            "payment": {
-                "id": payment.id,
-                "receivedDate": payment.received.timestamp(),
-                "value": btc(payment.value),
-                "fee": "0.00000000",
-                "status": match payment.status { PaymentStatus::Processing => "Processing", PaymentStatus::Settled => "Settled" },
-                "destination": "",
-            },
-        }),
-    )
-}
-
-/// Sends the last webhook of a deposit again as BTCPay redelivers: a new
-/// `deliveryId`, the first delivery's `originalDeliveryId`, `isRedelivery`.
-async fn redeliver(sim: &PaymentsSim, dep_id: &str) -> Response {
-    let last = lock(&sim.last_webhook).get(dep_id).cloned();
-    match last {
-        Some(mut payload) => {
-            payload["deliveryId"] =
-                json!(uuid::Uuid::new_v4().simple().to_string()[..22].to_owned());
-            payload["isRedelivery"] = json!(true);
-            deliver(sim, payload).await
-        }
-        None => (
-            StatusCode::NOT_FOUND,
-            Json(json!({ "message": "nothing delivered yet" })),
-        )
-            .into_response(),
-    }
-}
-
-/// Sends one signed webhook and reports what the service answered.
-async fn deliver(sim: &PaymentsSim, payload: Value) -> Response {
-    let Some(url) = lock(&sim.callback_url).clone() else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "message": "no callback URL" })),
-        )
-            .into_response();
-    };
-    let body = payload.to_string();
-    let sent = sim
-        .http
-        .post(url)
-        .header("content-type", "application/json")
-        .header(
-            "BTCPay-Sig",
-            signature(&sim.webhook_secret, body.as_bytes()),
-        )
-        .body(body)
-        .send()
-        .await;
-    let callback_status = sent.map(|r| r.status().as_u16()).unwrap_or(0);
-    Json(json!({ "delivered": payload, "callback_status": callback_status })).into_response()
-}
-
 #[cfg(test)]
 mod tests {
+    use super::control::apply_event;
+    use super::invoice::{btc_to_cents, usd_cents_to_btc};
     use super::*;
 
     fn invoice(amount_cents: i64) -> Invoice {

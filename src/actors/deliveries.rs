@@ -1,0 +1,103 @@
+//! The single writer of delivered profiles. Provisioning tasks hand it one
+//! profile each; it stores every profile queued behind the one in progress,
+//! and settles their orders, in one transaction.
+
+use entities::esim;
+
+use crate::{
+    domain::time,
+    store::{self, Db},
+};
+
+/// One profile waiting for the delivery writer.
+type Delivery = (
+    esim::Model,
+    tokio::sync::oneshot::Sender<Result<bool, sea_orm::DbErr>>,
+);
+
+/// Deliveries stored in one transaction at most.
+const DELIVERY_BATCH: usize = 256;
+
+/// The single writer of delivered profiles: it stores every profile queued
+/// behind the one in progress, and settles their orders, in one transaction,
+/// so provisioning does not compete with order acceptance for the database's
+/// writer one fsync per unit.
+#[derive(Clone)]
+pub(crate) struct DeliveryWriter {
+    queue: tokio::sync::mpsc::Sender<Delivery>,
+}
+
+impl DeliveryWriter {
+    /// Starts the writer task; it ends when every handle is dropped.
+    pub(crate) fn start(db: Db) -> Self {
+        let (queue, mut incoming) = tokio::sync::mpsc::channel::<Delivery>(4096);
+        tokio::spawn(async move {
+            while let Some(first) = incoming.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < DELIVERY_BATCH {
+                    match incoming.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
+                }
+                write_deliveries(&db, batch).await;
+            }
+        });
+        Self { queue }
+    }
+
+    /// Stores one profile (and settles its order if that was its last unit).
+    /// `Ok(false)`: the unit was already settled, nothing written.
+    pub(crate) async fn deliver(&self, profile: esim::Model) -> Result<bool, sea_orm::DbErr> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.queue
+            .send((profile, answer))
+            .await
+            .map_err(|_| sea_orm::DbErr::Custom("the delivery writer stopped".into()))?;
+        answered
+            .await
+            .map_err(|_| sea_orm::DbErr::Custom("the delivery writer stopped".into()))?
+    }
+}
+
+async fn write_deliveries(db: &Db, batch: Vec<Delivery>) {
+    let profiles: Vec<esim::Model> = batch.iter().map(|(p, _)| p.clone()).collect();
+    match store_deliveries(db, &profiles).await {
+        Ok(results) => {
+            for ((_, answer), result) in batch.into_iter().zip(results) {
+                let _ = answer.send(Ok(result));
+            }
+        }
+        Err(err) if batch.len() > 1 => {
+            // One bad row must not fail the others: store them one by one.
+            tracing::warn!(size = batch.len(), error = %err, "batched delivery failed; storing one by one");
+            for (profile, answer) in batch {
+                let result = store_deliveries(db, std::slice::from_ref(&profile))
+                    .await
+                    .map(|r| r.first().copied().unwrap_or(false));
+                let _ = answer.send(result);
+            }
+        }
+        Err(err) => {
+            for (_, answer) in batch {
+                let _ = answer.send(Err(err.clone()));
+            }
+        }
+    }
+}
+
+async fn store_deliveries(db: &Db, profiles: &[esim::Model]) -> Result<Vec<bool>, sea_orm::DbErr> {
+    let now = time::now();
+    let txn = store::begin_write(db).await?;
+    let delivered = store::orders::deliver_units(&txn, profiles, now).await?;
+    let mut orders: Vec<String> = profiles.iter().map(|p| p.order_id.clone()).collect();
+    orders.sort_unstable();
+    orders.dedup();
+    let settled = store::orders::finalize_many(&txn, &orders, now).await?;
+    txn.commit().await?;
+    for (order_id, order) in settled {
+        crate::metrics::order_settled(&order, now);
+        tracing::info!(order_id, status = order.status.as_str(), "order settled");
+    }
+    Ok(delivered)
+}
