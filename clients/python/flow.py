@@ -35,7 +35,7 @@ from esim_partner_client.models import (
     DepositStatus,
     DepositView,
     Error,
-    ErrorErrorCode,
+    ErrorCode,
     LedgerKind,
     Mode,
     NewDeposit,
@@ -100,23 +100,23 @@ def order_outcome(status: OrderStatus) -> str:
             assert_never(status)
 
 
-def expect_refusal(response: Response[T], want: ErrorErrorCode, want_status: int) -> Error:
+def expect_refusal(response: Response[T], want: ErrorCode, want_status: int) -> Error:
     parsed = response.parsed
     if not isinstance(parsed, Error):
         fail(f"expected {want.value}, got {describe(response)}")
     code = parsed.error.code
     match code:
-        case ErrorErrorCode.PLAN_NOT_FOUND | ErrorErrorCode.BALANCE_INSUFFICIENT | ErrorErrorCode.FORBIDDEN:
+        case ErrorCode.PLAN_NOT_FOUND | ErrorCode.BALANCE_INSUFFICIENT | ErrorCode.FORBIDDEN:
             check(code is want, f"expected {want.value}, got {code.value}")
             check(
                 response.status_code.value == want_status,
                 f"expected HTTP {want_status} for {code.value}, got {response.status_code.value}",
             )
         case (
-            ErrorErrorCode.RATE_LIMIT_EXCEEDED
-            | ErrorErrorCode.SUPPLIER_ERROR
-            | ErrorErrorCode.SERVICE_UNAVAILABLE
-            | ErrorErrorCode.INTERNAL_ERROR
+            ErrorCode.RATE_LIMIT_EXCEEDED
+            | ErrorCode.SUPPLIER_ERROR
+            | ErrorCode.SERVICE_UNAVAILABLE
+            | ErrorCode.INTERNAL_ERROR
         ):
             fail(f"transient refusal {code.value} where {want.value} was expected")
         case _:
@@ -370,7 +370,7 @@ def main() -> None:
         body=OrderBody(plan_id="pl_no_such_plan_anywhere", quantity=1),
         idempotency_key=f"py-flow-{uuid.uuid4()}",
     )
-    refusal = expect_refusal(r_bad, ErrorErrorCode.PLAN_NOT_FOUND, 404)
+    refusal = expect_refusal(r_bad, ErrorCode.PLAN_NOT_FOUND, 404)
     ok(f"HTTP {r_bad.status_code.value} {refusal.error.code.value}, param {refusal.error.param!r}")
 
     begin("error: insufficient balance (sandbox fixture)")
@@ -379,12 +379,12 @@ def main() -> None:
         body=OrderBody(plan_id="pl_sandbox_insufficient_balance"),
         idempotency_key=f"py-flow-{uuid.uuid4()}",
     )
-    refusal = expect_refusal(r_poor, ErrorErrorCode.BALANCE_INSUFFICIENT, 402)
+    refusal = expect_refusal(r_poor, ErrorCode.BALANCE_INSUFFICIENT, 402)
     ok(f"HTTP {r_poor.status_code.value} {refusal.error.code.value}")
 
     begin("error: deposit with a sandbox key")
     r_sdep = create_deposit.sync_detailed(client=sandbox, body=NewDeposit(amount_cents=deposit_cents))
-    refusal = expect_refusal(r_sdep, ErrorErrorCode.FORBIDDEN, 403)
+    refusal = expect_refusal(r_sdep, ErrorCode.FORBIDDEN, 403)
     mode = refusal.error.additional_properties.get("mode")
     check(mode == "sandbox", f"refusal carries mode {mode!r}")
     ok(f"HTTP {r_sdep.status_code.value} {refusal.error.code.value}, mode {mode}")

@@ -35,6 +35,7 @@ pub struct DepositView {
     pub object: &'static str,
     pub id: String,
     pub status: DepositStatus,
+    #[schema(value_type = DepositMethod)]
     pub method: String,
     pub requested_cents: i64,
     pub credited_cents: Option<i64>,
@@ -45,6 +46,15 @@ pub struct DepositView {
     pub expires_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub credited_at: Option<DateTime<Utc>>,
+}
+
+/// How a deposit is paid: `crypto` through a hosted invoice (the only method
+/// partners open), or `wire`, recorded by an operator.
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum DepositMethod {
+    Crypto,
+    Wire,
 }
 
 impl DepositView {
@@ -71,7 +81,7 @@ impl DepositView {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewDeposit {
-    /// Absent reads as null, so a missing amount is named like a wrong one.
+    // Absent reads as null, so a missing amount is named like a wrong one.
     /// Whole dollars from $100 to $10,000, in cents.
     #[serde(default)]
     #[schema(value_type = i64, required = true, minimum = 10000, maximum = 1000000, multiple_of = 100, example = 25000)]

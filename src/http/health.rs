@@ -9,9 +9,9 @@ use super::{
 };
 use crate::{state::AppState, store};
 
-/// The health body.
+/// Whether the service and its database answer.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Health {
+pub(crate) struct Health {
     /// `ok` or `degraded`.
     pub status: &'static str,
     /// Seconds since this process started.
@@ -29,7 +29,7 @@ pub struct Health {
     )
 )]
 #[tracing::instrument(skip_all)]
-pub async fn health(
+pub(crate) async fn health(
     State(state): State<AppState>,
     StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
 ) -> impl IntoResponse {

@@ -3,7 +3,6 @@
 use axum::{Extension, Json, extract::State};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{Map, Value, json};
 
 use super::{
     auth::{Caller, band_for},
@@ -11,14 +10,17 @@ use super::{
     extract::{NoQuery, StrictQuery},
 };
 use crate::{
-    domain::states::{AccountStatus, Mode},
+    domain::{
+        rate::{Band, Window},
+        states::{AccountStatus, Mode},
+    },
     state::AppState,
     store,
 };
 
 /// The Partner resource.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct PartnerView {
+pub(crate) struct PartnerView {
     pub object: &'static str,
     pub id: String,
     pub name: String,
@@ -26,16 +28,60 @@ pub struct PartnerView {
     pub status: AccountStatus,
     pub mode: Mode,
     pub tier: String,
+    /// The key that made this call; null only if its record could not be read.
     pub key: Option<KeyView>,
-    /// `read`, `write`, `supplier` and `catalogue`, each `{limit, window_seconds}`.
-    #[schema(value_type = Object)]
-    pub rate_limits: Value,
+    /// The fixed windows that apply to your key, one per rate class.
+    pub rate_limits: RateLimits,
     pub created_at: DateTime<Utc>,
+}
+
+/// The fixed windows of your rate-limit band, one per rate class.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RateLimits {
+    /// Every `GET` route but `GET /plans` (and `/health`, which has no limit).
+    pub read: RateWindow,
+    /// `POST /orders` and `POST /deposits`.
+    pub write: RateWindow,
+    /// Reserved for routes that reach the supplier live; none today.
+    pub supplier: RateWindow,
+    /// `GET /plans`.
+    pub catalogue: RateWindow,
+}
+
+/// One fixed window: at most `limit` requests per `window_seconds`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RateWindow {
+    /// Requests permitted per window.
+    #[schema(minimum = 1)]
+    pub limit: u32,
+    /// Length of the window in seconds; windows start at multiples of it since the Unix epoch.
+    #[schema(minimum = 1)]
+    pub window_seconds: u32,
+}
+
+impl From<Window> for RateWindow {
+    fn from(window: Window) -> Self {
+        Self {
+            limit: window.limit,
+            window_seconds: window.window_seconds,
+        }
+    }
+}
+
+impl From<Band> for RateLimits {
+    fn from(band: Band) -> Self {
+        Self {
+            read: band.read.into(),
+            write: band.write.into(),
+            supplier: band.supplier.into(),
+            catalogue: band.catalogue.into(),
+        }
+    }
 }
 
 /// The calling key, nested in the Partner resource.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct KeyView {
+pub(crate) struct KeyView {
     pub id: String,
     pub label: String,
     pub last4: String,
@@ -49,7 +95,7 @@ pub struct KeyView {
     responses((status = 200, description = "The partner and the calling key, read fresh.", body = PartnerView))
 )]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
-pub async fn me(
+pub(crate) async fn me(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
@@ -72,13 +118,7 @@ pub async fn me(
             None
         }
     };
-    let mut rate_limits = Map::new();
-    for (class, window) in band_for(&state, &caller.record).windows() {
-        rate_limits.insert(
-            class.as_str().to_owned(),
-            json!({ "limit": window.limit, "window_seconds": window.window_seconds }),
-        );
-    }
+    let rate_limits = RateLimits::from(*band_for(&state, &caller.record));
     Ok(Json(PartnerView {
         object: "partner",
         id: partner.id,
@@ -88,14 +128,14 @@ pub async fn me(
         mode: caller.mode,
         tier: partner.tier,
         key,
-        rate_limits: Value::Object(rate_limits),
+        rate_limits,
         created_at: partner.created_at,
     }))
 }
 
 /// The Balance resource.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct BalanceView {
+pub(crate) struct BalanceView {
     pub object: &'static str,
     pub balance_cents: i64,
     pub currency: &'static str,
@@ -110,7 +150,7 @@ pub struct BalanceView {
     responses((status = 200, description = "The float of the key's mode, read fresh.", body = BalanceView))
 )]
 #[tracing::instrument(skip_all, fields(partner_id = %caller.partner_id()))]
-pub async fn balance(
+pub(crate) async fn balance(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     StrictQuery(NoQuery {}): StrictQuery<NoQuery>,

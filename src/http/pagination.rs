@@ -32,7 +32,8 @@ pub fn cut_page<T>(
 pub const DEFAULT_LIMIT: usize = 50;
 pub const MAX_LIMIT: usize = 200;
 
-/// `{data, has_more, next_cursor}`.
+/// A page of a list; pass `next_cursor` back as `cursor`, with the same
+/// filters, for the next page.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ListEnvelope<T> {
     pub data: Vec<T>,

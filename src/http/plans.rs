@@ -20,6 +20,7 @@ use crate::{
     catalogue::{DestinationView, Keyset, PlanFilter, Snapshot, Standing},
     domain::{
         ids::check_id,
+        partner::Mode,
         pricing::{self, Rate, UnitPrice},
     },
     state::AppState,
@@ -334,7 +335,7 @@ pub struct PriceQuery {
     quantity: Option<String>,
 }
 
-/// The price quote (no `object` field).
+/// What a plan would cost you now, for a quantity; nothing is reserved.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Quote {
     pub plan_id: String,
@@ -347,7 +348,7 @@ pub struct Quote {
     pub tier: String,
     pub balance_cents: i64,
     pub sufficient_balance: bool,
-    pub mode: &'static str,
+    pub mode: Mode,
 }
 
 /// Order and quote quantities.
@@ -403,7 +404,7 @@ pub async fn price(
         tier: caller.record.partner.tier.clone(),
         balance_cents,
         sufficient_balance: balance_cents >= total,
-        mode: caller.mode.as_str(),
+        mode: caller.mode,
     }))
 }
 

@@ -7,6 +7,7 @@ mod auth;
 mod authz;
 mod catalogue;
 mod connections;
+mod contract;
 mod deposits;
 mod envelope;
 mod faults;

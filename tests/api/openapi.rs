@@ -186,3 +186,89 @@ async fn the_reference_pages_are_served_with_an_anchor_per_operation_and_nothing
         assert!(!page.contains("href=\"http"), "pages link nothing remote");
     }
 }
+
+/// A validator for one schema of the document, `$ref`s resolved within it
+/// (formats such as `date-time` asserted).
+fn validator_for(doc: &Value, schema: &Value) -> jsonschema::Validator {
+    let mut root = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "components": doc["components"].clone(),
+    });
+    for (key, value) in schema.as_object().unwrap() {
+        root[key] = value.clone();
+    }
+    jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .should_validate_formats(true)
+        .build(&root)
+        .unwrap_or_else(|e| panic!("not a valid schema: {e}"))
+}
+
+fn assert_valid(doc: &Value, at: &str, schema: &Value, example: &Value) {
+    let validator = validator_for(doc, schema);
+    let problems: Vec<String> = validator
+        .iter_errors(example)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        problems.is_empty(),
+        "the example of {at} does not fit its schema:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn every_schema_carries_an_example_that_fits_it() {
+    let doc = esim_reseller::http::openapi::to_value();
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    for (name, schema) in schemas {
+        let examples = schema["examples"]
+            .as_array()
+            .unwrap_or_else(|| panic!("schema {name} has no examples"));
+        assert!(!examples.is_empty(), "schema {name} has no examples");
+        for example in examples {
+            let reference = serde_json::json!({ "$ref": format!("#/components/schemas/{name}") });
+            assert_valid(&doc, name, &reference, example);
+        }
+    }
+}
+
+#[test]
+fn every_request_body_and_success_answer_carries_an_example_that_fits_it() {
+    let doc = esim_reseller::http::openapi::to_value();
+    for (at, op) in operations(&doc) {
+        let mut media = Vec::new();
+        if let Some(body) = op["requestBody"]["content"]["application/json"].as_object() {
+            media.push((format!("{at} request body"), body.clone()));
+        }
+        for (status, response) in op["responses"].as_object().unwrap() {
+            if let Some(content) = response["content"]["application/json"].as_object()
+                && status.starts_with('2')
+            {
+                media.push((format!("{at} {status}"), content.clone()));
+            }
+        }
+        for (place, content) in media {
+            let example = content
+                .get("example")
+                .unwrap_or_else(|| panic!("{place} has no example"));
+            assert_valid(&doc, &place, &content["schema"], example);
+        }
+    }
+}
+
+/// The check above is worth something only if a wrong example fails it.
+#[test]
+fn an_example_that_breaks_its_schema_is_caught() {
+    let doc = esim_reseller::http::openapi::to_value();
+    let order = serde_json::json!({ "$ref": "#/components/schemas/OrderView" });
+    let mut wrong = doc["components"]["schemas"]["OrderView"]["examples"][0].clone();
+    wrong["status"] = serde_json::json!("shipped");
+    assert!(!validator_for(&doc, &order).is_valid(&wrong));
+    let mut wrong_id = doc["components"]["schemas"]["OrderView"]["examples"][0].clone();
+    wrong_id["id"] = serde_json::json!("pl_not_an_order");
+    assert!(!validator_for(&doc, &order).is_valid(&wrong_id));
+    let mut missing = doc["components"]["schemas"]["OrderView"]["examples"][0].clone();
+    missing.as_object_mut().unwrap().remove("completed_at");
+    assert!(!validator_for(&doc, &order).is_valid(&missing));
+}

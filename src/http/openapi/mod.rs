@@ -8,6 +8,9 @@
 //! answers of rate-limited routes. `openapi.json` at the repository root is
 //! this document, checked by a test.
 
+mod examples;
+mod shape;
+
 use utoipa::{
     Modify, OpenApi,
     openapi::{
@@ -34,12 +37,16 @@ use crate::domain::states::{
 const BEARER: &str = "bearer";
 /// Name of the error body schema.
 pub const ERROR_SCHEMA: &str = "Error";
+/// Name of the error vocabulary schema.
+const ERROR_CODE_SCHEMA: &str = "ErrorCode";
+/// Name of the error family schema.
+const ERROR_TYPE_SCHEMA: &str = "ErrorType";
 
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "esim-reseller partner API",
-        version = "v1",
+        version = "1.1.0",
         description = "Server-to-server JSON API for buying eSIM data plans from a prepaid USD float. \
 Amounts are integer cents. Every error has the same body; branch on `error.code`.",
     ),
@@ -93,6 +100,8 @@ pub fn document() -> Document {
 pub fn to_value() -> Value {
     let mut doc = serde_json::to_value(document()).unwrap_or(Value::Null);
     mark_required_headers(&mut doc);
+    shape::apply(&mut doc);
+    examples::apply(&mut doc);
     doc
 }
 
@@ -163,6 +172,12 @@ impl Modify for CommonParts {
                 .build(),
         ]);
         let components = doc.components.get_or_insert_with(Components::new);
+        components
+            .schemas
+            .insert(ERROR_CODE_SCHEMA.to_owned(), RefOr::T(error_code_schema()));
+        components
+            .schemas
+            .insert(ERROR_TYPE_SCHEMA.to_owned(), RefOr::T(error_type_schema()));
         components.add_security_scheme(
             BEARER,
             SecurityScheme::Http(
@@ -215,23 +230,49 @@ impl utoipa::ToSchema for ErrorBody {
     }
 }
 
+/// The error vocabulary: every `error.code`, and every order `failure_code`
+/// drawn from it.
+fn error_code_schema() -> Schema {
+    let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(codes))
+        .description(Some(
+            "The error vocabulary. Stable: a code never changes meaning and is never removed; \
+new codes may be added, so keep a default branch.",
+        ))
+        .into()
+}
+
+/// The coarse family of an error.
+fn error_type_schema() -> Schema {
+    let mut types: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.error_type()).collect();
+    types.sort_unstable();
+    types.dedup();
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(types))
+        .description(Some(
+            "The coarse family of an error; branch on `code` for anything finer.",
+        ))
+        .into()
+}
+
 /// The error body: `{"error": {type, code, message, doc_url, request_id, param, ...}}`.
 fn error_schema() -> Schema {
-    let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
     let string = |description: &str| {
         ObjectBuilder::new()
             .schema_type(Type::String)
             .description(Some(description))
     };
     let inner = ObjectBuilder::new()
-        .property(
-            "type",
-            string("Coarse family of the error, e.g. `invalid_request_error`."),
-        )
+        .property("type", openapi::Ref::from_schema_name(ERROR_TYPE_SCHEMA))
         .required("type")
         .property(
             "code",
-            string("Stable forever; the value to branch on.").enum_values(Some(codes)),
+            openapi::schema::RefBuilder::new()
+                .ref_location_from_schema_name(ERROR_CODE_SCHEMA)
+                .description(Some("Stable forever; the value to branch on.")),
         )
         .required("code")
         .property(
@@ -459,8 +500,7 @@ mod tests {
     #[test]
     fn the_error_code_enum_is_the_whole_vocabulary() {
         let json = to_value();
-        let codes = &json["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]
-            ["enum"];
+        let codes = &json["components"]["schemas"]["ErrorCode"]["enum"];
         assert_eq!(codes.as_array().unwrap().len(), ErrorCode::ALL.len());
     }
 }
