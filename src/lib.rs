@@ -80,7 +80,7 @@ pub(crate) mod auth;
 pub mod catalogue;
 pub mod config;
 pub(crate) mod deposits;
-pub(crate) mod docs;
+pub mod docs;
 pub mod domain;
 pub mod http;
 pub(crate) mod limits;

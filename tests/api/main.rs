@@ -9,6 +9,7 @@ mod catalogue;
 mod connections;
 mod contract;
 mod deposits;
+mod docs;
 mod envelope;
 mod faults;
 mod healing;

@@ -189,7 +189,7 @@ async fn the_reference_pages_are_served_with_an_anchor_per_operation_and_nothing
 
 /// A validator for one schema of the document, `$ref`s resolved within it
 /// (formats such as `date-time` asserted).
-fn validator_for(doc: &Value, schema: &Value) -> jsonschema::Validator {
+pub(crate) fn validator_for(doc: &Value, schema: &Value) -> jsonschema::Validator {
     let mut root = serde_json::json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "components": doc["components"].clone(),

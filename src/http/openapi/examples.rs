@@ -98,7 +98,7 @@ fn deposit() -> Value {
         "requested_cents": 50000,
         "credited_cents": 50000,
         "currency": "USD",
-        "reference": null,
+        "reference": "7Qx2Lm9RkT3vWc8YbN1sDf",
         "ledger_entry_id": CREDIT,
         "payment_url": "https://pay.example.com/i/7Qx2Lm9RkT3vWc8YbN1sDf",
         "expires_at": "2026-11-24T10:00:00Z",

@@ -1,56 +1,16 @@
-//! Reference pages served under `/docs`, so every `doc_url` resolves on a
-//! fresh `serve` with no network: an index, the errors reference (one anchor
-//! per code) and the API reference, rendered here from the OpenAPI document
-//! (plain HTML, no script, nothing fetched from elsewhere).
+//! The API reference, rendered from the OpenAPI document (one section per
+//! operation with its code samples, one per schema), and the errors
+//! reference (one anchored section per code).
 
-use std::{fmt::Write, sync::LazyLock};
+use std::fmt::Write;
 
-use axum::{Router, response::Html, routing::get};
 use serde_json::Value;
 
-use crate::{
-    http::{error::ErrorCode, openapi},
-    state::AppState,
-};
-
-/// Routes under `/docs`.
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/", get(index_page))
-        .route("/errors", get(errors_page))
-        .route("/api", get(api_page))
-}
-
-const STYLE: &str = "<style>body{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}\
-code,pre{font:13px ui-monospace,monospace;background:#f4f4f4}pre{padding:.6rem;overflow-x:auto}\
-table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}\
-h2{border-top:1px solid #ccc;padding-top:1rem}.method{font-weight:bold;text-transform:uppercase}</style>";
-
-fn head(title: &str) -> String {
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{} - esim-reseller partner API v1</title>{STYLE}</head><body>",
-        escape(title)
-    )
-}
-
-async fn index_page() -> Html<String> {
-    let mut page = head("Reference");
-    page.push_str(
-        "<h1>esim-reseller partner API v1</h1><ul>\
-         <li><a href=\"/docs/api\">API reference</a>: every route, parameter, body, answer and header</li>\
-         <li><a href=\"/docs/errors\">Errors</a>: every error code, its status and what to do</li>\
-         <li><a href=\"/partner/v1/openapi.json\">openapi.json</a>: the OpenAPI 3.1 document</li></ul></body></html>",
-    );
-    Html(page)
-}
-
-async fn api_page() -> Html<String> {
-    static PAGE: LazyLock<String> = LazyLock::new(|| render_api_page(&openapi::to_value()));
-    Html(PAGE.clone())
-}
+use super::{head, samples};
+use crate::http::error::ErrorCode;
 
 /// HTML-escapes text for element content and attribute values.
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -66,7 +26,7 @@ fn escape(text: &str) -> String {
 }
 
 /// Text with `code` spans, escaped.
-fn prose(text: &str) -> String {
+pub(super) fn prose(text: &str) -> String {
     escape(text)
         .split('`')
         .enumerate()
@@ -146,7 +106,9 @@ pub(crate) fn render_api_page(doc: &Value) -> String {
         page,
         "<h1>{} ({})</h1><p>{}</p><p>Base path <code>/partner/v1</code>. Authenticate with \
          <code>Authorization: Bearer &lt;key&gt;</code> on every route but <code>/health</code>. \
-         Errors: see the <a href=\"/docs/errors\">errors reference</a>.</p><h2>Routes</h2><ul>",
+         Errors: see the <a href=\"/docs/errors\">errors reference</a>. Each route shows a request in \
+         curl, Python and JavaScript, generated from this document's examples, and the answer it gets.</p>\
+         <h2>Routes</h2><ul>",
         escape(str_at(info, "title")),
         escape(str_at(info, "version")),
         prose(str_at(info, "description")),
@@ -179,7 +141,7 @@ pub(crate) fn render_api_page(doc: &Value) -> String {
     for (name, schema) in schemas {
         render_schema(&mut page, name, schema);
     }
-    page.push_str("</body></html>");
+    page.push_str(super::FOOT);
     page
 }
 
@@ -240,7 +202,47 @@ fn render_operation(page: &mut String, path: &str, method: &str, op: &Value) {
             );
         }
     }
-    page.push_str("</table></section>");
+    page.push_str("</table>");
+    render_samples(page, path, method, op);
+    page.push_str("</section>");
+}
+
+/// The operation's request in three languages, and the example answer.
+fn render_samples(page: &mut String, path: &str, method: &str, op: &Value) {
+    let sample = samples::for_operation(path, method, op);
+    page.push_str("<h3>Example</h3>");
+    if !sample.variables.is_empty() {
+        let _ = write!(
+            page,
+            "<p>Set <code>ESIM_API</code>, <code>ESIM_KEY</code> and {} first.</p>",
+            sample
+                .variables
+                .iter()
+                .map(|v| format!("<code>{}</code>", escape(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for (language, code) in [
+        ("curl", &sample.curl),
+        ("Python (requests)", &sample.python),
+        ("JavaScript (fetch)", &sample.javascript),
+    ] {
+        let _ = write!(
+            page,
+            "<details class=\"sample\"{open}><summary>{language}</summary><pre><code>{}</code></pre></details>",
+            escape(code),
+            open = if language == "curl" { " open" } else { "" },
+        );
+    }
+    let status = sample.success_status.to_string();
+    if let Some(example) = op["responses"][&status]["content"]["application/json"].get("example") {
+        let _ = write!(
+            page,
+            "<p>Answer <code>{status}</code>:</p><pre><code>{}</code></pre>",
+            escape(&serde_json::to_string_pretty(example).unwrap_or_default())
+        );
+    }
 }
 
 fn render_schema(page: &mut String, name: &str, schema: &Value) {
@@ -276,15 +278,13 @@ fn render_schema(page: &mut String, name: &str, schema: &Value) {
     page.push_str("</section>");
 }
 
-async fn errors_page() -> Html<String> {
-    Html(render_errors_page())
-}
-
 /// The errors reference: one anchored section per code.
 pub(crate) fn render_errors_page() -> String {
-    let mut page = String::from(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Errors - esim-reseller partner API v1</title></head><body>\
-         <h1>Errors</h1><p>Branch on <code>error.code</code>, never on <code>error.message</code>.</p>",
+    let mut page = head("Errors");
+    page.push_str(
+        "<h1>Errors</h1><p>Branch on <code>error.code</code>, never on <code>error.message</code>. \
+         Every error has the same body; see <a href=\"/docs/guides/idempotency\">idempotency and retries</a> \
+         for what to retry.</p>",
     );
     for code in ErrorCode::ALL {
         let _ = write!(
@@ -297,6 +297,6 @@ pub(crate) fn render_errors_page() -> String {
             message = code.default_message(),
         );
     }
-    page.push_str("</body></html>");
+    page.push_str(super::FOOT);
     page
 }
