@@ -115,6 +115,7 @@ pub(super) fn record(
     match answer {
         Ok((answer, took)) => {
             let _ = seen.latency_us.record(took.as_micros().max(1) as u64);
+            note_second(&mut seen, &answer, took);
             let label = match &answer.code {
                 Some(code) => format!("{} {code}", answer.status),
                 None => answer.status.to_string(),
@@ -140,6 +141,21 @@ pub(super) fn record(
         }
         Err(_) => seen.transport_errors += 1,
     }
+}
+
+/// Counts an answer in the second of the drive it arrived in.
+fn note_second(seen: &mut Observed, answer: &Answer, took: Duration) {
+    let index = usize::try_from(seen.drive_started.elapsed().as_secs()).unwrap_or(usize::MAX);
+    if index > 24 * 3600 {
+        return; // a day-long drive keeps its summary, not a second-by-second page
+    }
+    while seen.seconds.len() <= index {
+        seen.seconds.push(html::Second::new());
+    }
+    let second = &mut seen.seconds[index];
+    second.answers += 1;
+    second.successes += u64::from(matches!(answer.status, 200 | 202));
+    let _ = second.latency_us.record(took.as_micros().max(1) as u64);
 }
 
 /// The drive phase; returns how many requests were sent.

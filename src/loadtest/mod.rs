@@ -49,6 +49,7 @@ use crate::operator::client::OperatorClient;
 
 mod check;
 mod drive;
+mod html;
 mod report;
 
 use check::*;
@@ -121,6 +122,11 @@ pub struct LoadtestArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also write the run as an HTML page (throughput and latency over
+    /// time, a latency histogram, the verdict and these settings) that opens
+    /// offline.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<std::path::PathBuf>,
     /// The supplier's limit is in force: expect refusals at admission and
     /// check them (Retry-After, at once), full delivery and fair shares.
     #[arg(long)]
@@ -203,6 +209,9 @@ struct Observed {
     /// Refusals at admission, and those without `Retry-After`.
     refusals: u64,
     refusals_without_retry_after: u64,
+    /// When the drive began, and what each of its seconds saw.
+    drive_started: Instant,
+    seconds: Vec<html::Second>,
 }
 
 /// Runs the load test; returns the process exit code (1 on FAIL).
@@ -224,6 +233,8 @@ pub async fn run(mut args: LoadtestArgs) -> anyhow::Result<u8> {
         refusal_latency_us: Histogram::new_with_bounds(1, 120_000_000, 3)?,
         refusals: 0,
         refusals_without_retry_after: 0,
+        drive_started: Instant::now(),
+        seconds: Vec::new(),
     }));
 
     let started = Instant::now();
@@ -271,7 +282,33 @@ pub async fn run(mut args: LoadtestArgs) -> anyhow::Result<u8> {
     } else {
         print_text(&report);
     }
+    if let Some(path) = &args.report {
+        let page = html::render(&report, &settings_of(&args), &observed.seconds, histogram);
+        std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
+        if !args.json {
+            println!("report              {}", path.display());
+        }
+    }
     Ok(if verdict.pass { 0 } else { 1 })
+}
+
+/// The settings a report shows: what was asked of the run.
+fn settings_of(args: &LoadtestArgs) -> Value {
+    json!({
+        "public_url": args.public_url.join(", "),
+        "partners": args.partners,
+        "hot": args.hot,
+        "tier": args.tier,
+        "plan": args.read_path.as_deref().map_or(args.plan.clone(), |path| format!("GET {path}")),
+        "quantity": args.quantity,
+        "concurrency": args.concurrency,
+        "rate": args.rate,
+        "duration_seconds": args.duration,
+        "count": args.count,
+        "duplicate_fraction": args.duplicate_fraction,
+        "race_fraction": args.race_fraction,
+        "admission": args.admission,
+    })
 }
 
 /// One order request's outcome.
