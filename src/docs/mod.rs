@@ -91,6 +91,7 @@ fn head(title: &str) -> String {
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <link rel=\"icon\" href=\"data:,\">\
          <title>{} - esim-reseller partner API v1</title>{STYLE}</head><body><nav>\
          <a href=\"/docs\">Docs</a><a href=\"/docs/quickstart\">Quickstart</a>\
          <a href=\"/docs/api\">API reference</a><a href=\"/docs/errors\">Errors</a>\

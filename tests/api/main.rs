@@ -5,6 +5,7 @@
 mod admission;
 mod auth;
 mod authz;
+mod browser;
 mod catalogue;
 mod connections;
 mod contract;

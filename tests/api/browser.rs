@@ -1,0 +1,210 @@
+//! The pages people open, opened in a real browser: headless Chromium,
+//! driven over the DevTools protocol (chromiumoxide).
+//!
+//! Every `/docs` page is reached by following links from the index: each
+//! loads with no console error, no uncaught exception and no failed load
+//! (a broken link's 404 is one), shows its navigation, and is saved as a
+//! screenshot under the test binary's temporary folder for people to look at.
+//!
+//! Chromium is `$CHROMIUM` or `/usr/bin/chromium` (Debian's `chromium`). A
+//! machine without it skips these tests, unless `BROWSER_TESTS_REQUIRED=1`
+//! (set by `.ci/run`, which installs it).
+
+use std::{
+    collections::BTreeSet,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use chromiumoxide::{
+    Browser, BrowserConfig, Page,
+    cdp::{
+        browser_protocol::log::{EventEntryAdded, LogEntryLevel},
+        js_protocol::runtime::{ConsoleApiCalledType, EventConsoleApiCalled, EventExceptionThrown},
+    },
+    page::ScreenshotParams,
+};
+use futures::StreamExt;
+
+use crate::helpers::spawn_app;
+
+/// The browser to drive, or `None` to skip (only when it is not required).
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("CHROMIUM")
+        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
+    let required = std::env::var("BROWSER_TESTS_REQUIRED").is_ok_and(|v| v == "1");
+    match (path.exists(), required) {
+        (true, _) => Some(path),
+        (false, true) => panic!(
+            "browser tests are required but there is no Chromium at {}",
+            path.display()
+        ),
+        (false, false) => {
+            eprintln!(
+                "skipping: no Chromium at {} (set CHROMIUM, or install Debian's chromium)",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// A headless browser with its own profile; dropped with the test.
+struct Headless {
+    browser: Browser,
+    _profile: tempfile::TempDir,
+    _events: tokio::task::JoinHandle<()>,
+}
+
+impl Headless {
+    async fn launch(executable: PathBuf) -> Self {
+        let profile = tempfile::tempdir().unwrap();
+        let config = BrowserConfig::builder()
+            .chrome_executable(executable)
+            .no_sandbox()
+            .new_headless_mode()
+            .window_size(1200, 1600)
+            .user_data_dir(profile.path())
+            .launch_timeout(Duration::from_secs(30))
+            .request_timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let (browser, mut handler) = Browser::launch(config).await.unwrap();
+        let events = tokio::spawn(async move { while handler.next().await.is_some() {} });
+        Self {
+            browser,
+            _profile: profile,
+            _events: events,
+        }
+    }
+}
+
+/// What went wrong on a page, as the browser reported it.
+#[derive(Clone, Default)]
+struct Problems(Arc<Mutex<Vec<String>>>);
+
+impl Problems {
+    fn push(&self, problem: String) {
+        self.0.lock().unwrap().push(problem);
+    }
+
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+
+    /// Listens for console errors, uncaught exceptions and failed loads.
+    async fn watch(page: &Page) -> Self {
+        let problems = Self::default();
+        page.enable_log().await.unwrap();
+        page.enable_runtime().await.unwrap();
+        let mut console = page
+            .event_listener::<EventConsoleApiCalled>()
+            .await
+            .unwrap();
+        let mut exceptions = page.event_listener::<EventExceptionThrown>().await.unwrap();
+        let mut log = page.event_listener::<EventEntryAdded>().await.unwrap();
+        let sink = problems.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    Some(event) = console.next() => {
+                        if matches!(event.r#type, ConsoleApiCalledType::Error | ConsoleApiCalledType::Assert) {
+                            sink.push(format!("console error: {:?}", event.args.first().and_then(|a| a.value.clone())));
+                        }
+                    }
+                    Some(event) = exceptions.next() => sink.push(format!("exception: {}", event.exception_details.text)),
+                    Some(event) = log.next() => {
+                        if event.entry.level == LogEntryLevel::Error {
+                            sink.push(format!("{}: {}", event.entry.url.clone().unwrap_or_default(), event.entry.text));
+                        }
+                    }
+                    else => break,
+                }
+            }
+        });
+        problems
+    }
+}
+
+/// The links of the page the browser shows, resolved to absolute URLs.
+async fn links(page: &Page) -> Vec<String> {
+    page.evaluate("Array.from(document.querySelectorAll('a[href]'), a => a.href)")
+        .await
+        .unwrap()
+        .into_value()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn every_docs_page_opens_cleanly_in_a_real_browser() {
+    let Some(executable) = chromium() else {
+        return;
+    };
+    let app = spawn_app().await;
+    let headless = Headless::launch(executable).await;
+    let page = headless.browser.new_page("about:blank").await.unwrap();
+    let problems = Problems::watch(&page).await;
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("docs-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+
+    let origin = app.public.clone();
+    let mut queue = vec![format!("{origin}/docs")];
+    let mut seen = BTreeSet::new();
+    while let Some(url) = queue.pop() {
+        if !seen.insert(url.clone()) {
+            continue;
+        }
+        page.goto(url.as_str()).await.unwrap();
+        let title = page.get_title().await.unwrap().unwrap_or_default();
+        assert!(
+            title.contains("partner API v1"),
+            "{url} has the title {title:?}"
+        );
+        assert!(
+            page.find_element("nav a[href='/docs/quickstart']")
+                .await
+                .is_ok(),
+            "{url} has no navigation"
+        );
+        let found = problems.take();
+        assert!(found.is_empty(), "{url}: {found:#?}");
+        let name = url
+            .trim_start_matches(&origin)
+            .trim_matches('/')
+            .replace('/', "-");
+        let shot = page
+            .screenshot(ScreenshotParams::builder().full_page(true).build())
+            .await
+            .unwrap();
+        std::fs::write(shots.join(format!("{name}.png")), shot).unwrap();
+        for link in links(&page).await {
+            let link = link.split('#').next().unwrap_or_default().to_owned();
+            if link.starts_with(&format!("{origin}/docs")) {
+                queue.push(link);
+            }
+        }
+    }
+    for expected in [
+        "/docs/quickstart",
+        "/docs/api",
+        "/docs/errors",
+        "/docs/changelog",
+        "/docs/guides/deposits",
+    ] {
+        assert!(
+            seen.contains(&format!("{origin}{expected}")),
+            "the browser never reached {expected}"
+        );
+    }
+
+    // A page that fails is caught: the check is worth something.
+    page.goto(format!("{origin}/docs/guides/no-such-guide").as_str())
+        .await
+        .unwrap();
+    let found = problems.take();
+    assert!(
+        found.iter().any(|p| p.contains("404")),
+        "a 404 went unnoticed: {found:?}"
+    );
+}
