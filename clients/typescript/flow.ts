@@ -18,7 +18,7 @@ type OrderView = components["schemas"]["OrderView"];
 type OrderStatus = components["schemas"]["OrderStatus"];
 type DepositView = components["schemas"]["DepositView"];
 type Mode = components["schemas"]["Mode"];
-type ErrorCode = components["schemas"]["Error"]["error"]["code"];
+type ErrorCode = components["schemas"]["ErrorCode"];
 
 let step = "start";
 

@@ -266,6 +266,7 @@ pub(super) fn for_schema(name: &str) -> Option<Value> {
         "ListEnvelope_DepositView" => page(deposit(), CURSOR),
         "ListEnvelope_LedgerEntryView" => page(ledger_entry(), CURSOR),
         "Error" => error(),
+        "ErrorDetail" => error()["error"].clone(),
         _ => return None,
     };
     Some(example)

@@ -37,6 +37,8 @@ use crate::domain::states::{
 const BEARER: &str = "bearer";
 /// Name of the error body schema.
 pub const ERROR_SCHEMA: &str = "Error";
+/// Name of the schema inside the error body.
+const ERROR_DETAIL_SCHEMA: &str = "ErrorDetail";
 /// Name of the error vocabulary schema.
 const ERROR_CODE_SCHEMA: &str = "ErrorCode";
 /// Name of the error family schema.
@@ -178,6 +180,10 @@ impl Modify for CommonParts {
         components
             .schemas
             .insert(ERROR_TYPE_SCHEMA.to_owned(), RefOr::T(error_type_schema()));
+        components.schemas.insert(
+            ERROR_DETAIL_SCHEMA.to_owned(),
+            RefOr::T(error_detail_schema()),
+        );
         components.add_security_scheme(
             BEARER,
             SecurityScheme::Http(
@@ -258,8 +264,8 @@ fn error_type_schema() -> Schema {
         .into()
 }
 
-/// The error body: `{"error": {type, code, message, doc_url, request_id, param, ...}}`.
-fn error_schema() -> Schema {
+/// What went wrong: `{type, code, message, doc_url, request_id, param, ...}`.
+fn error_detail_schema() -> Schema {
     let string = |description: &str| {
         ObjectBuilder::new()
             .schema_type(Type::String)
@@ -304,10 +310,18 @@ fn error_schema() -> Schema {
 (402), `mode`, `rate_class` and `retry_after_seconds` (429 window limit), `retry_after_seconds` \
 (502 at order acceptance: the supplier is at capacity), `retryable` (503).",
         ));
+    inner.into()
+}
+
+/// The error body: `{"error": ErrorDetail}`.
+fn error_schema() -> Schema {
     ObjectBuilder::new()
-        .property("error", inner)
+        .property("error", openapi::Ref::from_schema_name(ERROR_DETAIL_SCHEMA))
         .required("error")
         .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        .description(Some(
+            "Every refusal has this body, whatever the route; branch on `error.code`.",
+        ))
         .into()
 }
 

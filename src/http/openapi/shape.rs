@@ -285,6 +285,7 @@ pub(super) const FIELDS: &[(&str, &str, Fact)] = &[
 /// resources the API answers with as required: the service always writes
 /// every field, `null` where its type allows one.
 pub(super) fn apply(doc: &mut Value) {
+    standard_integer_formats(doc);
     let requests = request_schemas(doc);
     let Some(schemas) = doc
         .pointer_mut("/components/schemas")
@@ -308,6 +309,27 @@ pub(super) fn apply(doc: &mut Value) {
         if let Some(item) = name.strip_prefix("ListEnvelope_") {
             refer_to_items(schema, item);
         }
+    }
+}
+
+/// Unsigned integers as OpenAPI's standard formats (`int32`, `int64`) with
+/// a minimum of 0, in place of utoipa's `u-int32` and `u-int64`.
+fn standard_integer_formats(node: &mut Value) {
+    match node {
+        Value::Object(map) => {
+            let standard = match map.get("format").and_then(Value::as_str) {
+                Some("u-int32") => Some("int32"),
+                Some("u-int64") => Some("int64"),
+                _ => None,
+            };
+            if let Some(format) = standard {
+                map.insert("format".into(), json!(format));
+                map.entry("minimum").or_insert(json!(0));
+            }
+            map.values_mut().for_each(standard_integer_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(standard_integer_formats),
+        _ => {}
     }
 }
 
