@@ -64,7 +64,9 @@
 //! - [`operator`]: the operator API on its own listener and the `admin` CLI.
 //! - [`simulators`]: copies of eSIM Access and BTCPay Server built from their
 //!   documentation and source, with injectable faults.
-//! - [`docs`]: the reference pages every `doc_url` points into.
+//! - [`docs`]: the partner docs: quickstart, guides, the API reference with
+//!   samples generated from the OpenAPI examples, and the errors page every
+//!   `doc_url` points into.
 //! - [`telemetry`]: log output; [`metrics`]: Prometheus text at `/metrics`;
 //!   [`periodic`]: the loop behind every background pass.
 //! - [`loadtest`]: drives a running server and checks the money.
