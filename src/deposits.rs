@@ -214,8 +214,11 @@ impl Deposits {
             .refund(pull_payment_id)
             .await
             .map_err(|e| unavailable(&e))?;
-        let status = deposit.status;
-        let step = rules::refund_step(status, refund.usd_cents.unwrap_or(0));
+        // A refund in crypto has no USD amount: what is in question is then
+        // the whole credit (the detail names the refunded crypto amount, so
+        // an operator can reject and move part of it by hand instead).
+        let in_question = refund.usd_cents.or(deposit.credited_cents).unwrap_or(0);
+        let step = rules::refund_step(deposit.status, in_question);
         let detail = format!(
             "The store created refund pull payment {} for {} {} on invoice {}; the float was not taken back.",
             refund.id,
@@ -289,7 +292,7 @@ impl Deposits {
                     store::deposits::touch(db, &deposit.id, now).await?;
                 }
                 let detail = format!("{detail} Amount in question: {cents} cents.");
-                store::deposits::raise_review(db, deposit, reason, &detail, now).await?;
+                store::deposits::raise_review(db, deposit, reason, cents, &detail, now).await?;
             }
             Step::Credit(cents) => self.credit(deposit, cents, detail, now).await?,
         }
@@ -328,6 +331,7 @@ impl Deposits {
                 &self.db,
                 deposit,
                 ReviewReason::PaidOnClosedAccount,
+                cents,
                 &detail,
                 now,
             )

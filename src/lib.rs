@@ -61,7 +61,9 @@
 //!
 //! - [`app`] builds and runs the service (listeners, routers, background
 //!   tasks, graceful shutdown); [`state`] is what handlers read.
-//! - [`operator`]: the operator API on its own listener and the `admin` CLI.
+//! - [`operator`]: the operator API on its own listener, the `admin` CLI,
+//!   and the console at `/console` (deposit reviews are decided through the
+//!   account actor whichever of the three an operator uses).
 //! - [`simulators`]: copies of eSIM Access and BTCPay Server built from their
 //!   documentation and source, with injectable faults.
 //! - [`docs`]: the partner docs: quickstart, guides, the API reference with

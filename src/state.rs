@@ -87,6 +87,9 @@ pub struct Shared {
     pub node_id: Arc<str>,
     /// Supplier orders of this node; the supplier's webhook wakes them.
     pub supplier_orders: SupplierOrders,
+    /// How long the supplier may take over an order (`supplier.deadline_seconds`):
+    /// an order still processing past it is shown to operators as stuck.
+    pub order_deadline: chrono::Duration,
     /// Admission of live orders within the supplier's capacity (`None`: off).
     pub admission: Option<Arc<Admission>>,
 }

@@ -12,14 +12,18 @@ pub struct Model {
     pub id: String,
     pub deposit_id: String,
     pub partner_id: String,
-    /// `zero_settlement`, `refunded_after_credit`, `paid_on_closed_account`.
+    /// Why a person must decide.
     pub reason: ReviewReason,
     pub detail: String,
-    /// `open` or `resolved`.
+    /// The cents in question, as raised (0 when nothing arrived).
+    pub amount_cents: i64,
+    /// `open` until an operator approves, rejects or resolves it.
     pub status: ReviewStatus,
     pub resolution: Option<String>,
     pub created_at: DateTimeUtc,
     pub resolved_at: Option<DateTimeUtc>,
+    /// The ledger movement an approval wrote.
+    pub ledger_entry_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -230,8 +230,13 @@ vocabulary! {
     ReviewStatus {
         /// Waiting for an operator.
         Open = "open",
-        /// An operator settled it.
+        /// An operator closed it with a note, moving no money.
         Resolved = "resolved",
+        /// An operator approved it: the amount in question moved on the
+        /// live float (one ledger row).
+        Approved = "approved",
+        /// An operator declined it, moving no money.
+        Rejected = "rejected",
     }
 }
 

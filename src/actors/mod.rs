@@ -15,20 +15,30 @@
 //!   refreshed beside them).
 //!
 //! Every start, stop, failure and restart is one log line with the fields
-//! `actor`, `partner_id` (account actors) and `reason`.
+//! `actor`, `partner_id` (account actors) and `reason`, and is kept in
+//! [`events`] for the operator console.
 
 pub(crate) mod account;
 pub(crate) mod accounts;
 pub(crate) mod admission;
 pub(crate) mod deliveries;
+pub(crate) mod events;
 pub(crate) mod provisioning;
 pub(crate) mod reconciler;
 pub(crate) mod services;
 pub(crate) mod supplier_orders;
 pub(crate) mod writer;
 
-/// Logs one supervision event in the uniform shape operators filter on.
+/// Logs one supervision event in the uniform shape operators filter on,
+/// and keeps it for the console.
 pub(crate) fn log_lifecycle(actor: &str, partner_id: Option<&str>, event: &str, reason: &str) {
+    events::record(events::SupervisionEvent {
+        at: chrono::Utc::now(),
+        actor: actor.to_owned(),
+        partner_id: partner_id.map(str::to_owned),
+        event: event.to_owned(),
+        reason: reason.to_owned(),
+    });
     match event {
         "failed" => tracing::error!(actor, partner_id, event, reason, "actor {event}"),
         _ => tracing::info!(actor, partner_id, event, reason, "actor {event}"),

@@ -217,6 +217,7 @@ fn operator_router(state: &AppState, metrics_require_token: bool) -> Router {
     }
     Router::new()
         .nest("/operator/v1", operator::routes(state.clone()))
+        .nest("/console", operator::console_routes())
         .merge(metrics)
         .with_state(state.clone())
 }

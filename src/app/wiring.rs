@@ -528,6 +528,10 @@ async fn shared_state(
         suppliers: supply.suppliers,
         supplier_orders: actors.supplier_orders.clone(),
         fault_injection: settings.operator.fault_injection,
+        order_deadline: chrono::Duration::from_std(Duration::from_secs(
+            settings.supplier.deadline_seconds,
+        ))
+        .unwrap_or(chrono::Duration::MAX),
         provisioning_lease: settings
             .provisioning
             .enabled

@@ -18,6 +18,7 @@ pub(crate) mod ordering;
 pub mod partner;
 pub(crate) mod pricing;
 pub(crate) mod rate;
+pub(crate) mod review;
 pub(crate) mod time;
 pub(crate) mod validation;
 

@@ -11,7 +11,8 @@ use crate::{
     state::AppState,
 };
 
-/// The live actors: kind, partner, mailbox length, restarts, start time.
+/// The live actors (kind, partner, mailbox length, restarts, start time)
+/// and this process's recent supervision events, newest first.
 pub(super) async fn list(State(state): State<AppState>) -> Json<Value> {
     let accounts = state.accounts.list();
     Json(json!({
@@ -19,6 +20,7 @@ pub(super) async fn list(State(state): State<AppState>) -> Json<Value> {
         "data": accounts,
         "account_restarts_total": state.accounts.total_restarts(),
         "provisioning": state.accounts.provisioning().is_some(),
+        "recent_events": crate::actors::events::recent(),
     }))
 }
 

@@ -80,12 +80,25 @@ pub enum MoneyCommand {
         #[arg(long)]
         reference: String,
     },
-    /// Deposit reviews raised by settlement (`--status open|resolved`).
+    /// Deposit reviews raised by settlement
+    /// (`--status open|approved|rejected|resolved`).
     Reviews {
         #[arg(long)]
         status: Option<String>,
     },
-    /// Close a review with what was decided.
+    /// Approve a review: the amount in question moves on the live float, once.
+    Approve {
+        review_id: String,
+        #[arg(long)]
+        note: String,
+    },
+    /// Reject a review: it closes and no money moves.
+    Reject {
+        review_id: String,
+        #[arg(long)]
+        note: String,
+    },
+    /// Close a review with what was decided outside (no money moves).
     Resolve {
         review_id: String,
         #[arg(long)]
@@ -429,6 +442,16 @@ fn money_request(command: MoneyCommand) -> Request {
             let query = status.map(|s| format!("?status={s}")).unwrap_or_default();
             (Method::GET, format!("/reviews{query}"), None)
         }
+        MoneyCommand::Approve { review_id, note } => (
+            Method::POST,
+            format!("/reviews/{review_id}/approve"),
+            Some(json!({ "note": note })),
+        ),
+        MoneyCommand::Reject { review_id, note } => (
+            Method::POST,
+            format!("/reviews/{review_id}/reject"),
+            Some(json!({ "note": note })),
+        ),
         MoneyCommand::Resolve {
             review_id,
             resolution,

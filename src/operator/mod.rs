@@ -6,9 +6,11 @@ mod actors;
 mod catalogue;
 pub mod cli;
 pub(crate) mod client;
+mod console;
 mod keys;
 pub(crate) mod money;
 mod partners;
+pub(crate) mod reviews;
 mod views;
 
 use axum::{
@@ -28,6 +30,8 @@ use crate::{
     state::AppState,
 };
 
+pub(crate) use console::routes as console_routes;
+
 /// Routes under `/operator/v1`, all behind the operator token.
 pub fn routes(state: AppState) -> Router<AppState> {
     Router::new()
@@ -42,8 +46,10 @@ pub fn routes(state: AppState) -> Router<AppState> {
             "/partners/{id}/wire-deposits",
             post(money::create_wire_deposit),
         )
-        .route("/reviews", get(money::list_reviews))
-        .route("/reviews/{id}/resolve", post(money::resolve_review))
+        .route("/reviews", get(reviews::list))
+        .route("/reviews/{id}/resolve", post(reviews::resolve))
+        .route("/reviews/{id}/approve", post(reviews::approve_route))
+        .route("/reviews/{id}/reject", post(reviews::reject_route))
         .route(
             "/partners/{id}/sandbox-float",
             put(money::set_sandbox_float),
@@ -79,15 +85,20 @@ pub(crate) async fn require_operator_token(
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or_default();
-    // Compare digests so that neither the length nor a prefix of the token leaks through timing.
-    let expected = Sha256::digest(state.operator_token.expose_secret().as_bytes());
-    let given = Sha256::digest(presented.as_bytes());
-    if bool::from(expected.ct_eq(&given)) {
+    if is_operator_token(&state, presented) {
         Ok(next.run(request).await)
     } else {
         Err(ApiError::new(ErrorCode::AuthInvalidKey)
             .with_message("The operator token is not valid."))
     }
+}
+
+/// Whether `presented` is the operator token. Digests are compared so that
+/// neither the length nor a prefix of the token leaks through timing.
+pub(crate) fn is_operator_token(state: &AppState, presented: &str) -> bool {
+    let expected = Sha256::digest(state.operator_token.expose_secret().as_bytes());
+    let given = Sha256::digest(presented.as_bytes());
+    bool::from(expected.ct_eq(&given))
 }
 
 /// Accepts `null` as "clear" and absence as "leave as it is" for PATCH bodies.

@@ -1,5 +1,5 @@
-//! Operator money routes: `POST /partners/{id}/movements` and
-//! `PUT /partners/{id}/sandbox-float`. Both go through the partner's account
+//! Operator money routes: `POST /partners/{id}/movements`,
+//! `POST /partners/{id}/wire-deposits` and `PUT /partners/{id}/sandbox-float`. Both go through the partner's account
 //! actor, never straight to the database.
 //!
 //! An `adjustment` may be of either sign; a `payout` or a `chargeback` is
@@ -18,12 +18,8 @@ use serde_json::{Value, json};
 use super::partners::{parse_partner_id, partner_not_found};
 use crate::{
     actors::account::Movement,
-    domain::{
-        partner::Status,
-        states::{LedgerKind, ReviewStatus},
-    },
+    domain::{partner::Status, states::LedgerKind},
     http::error::{ApiError, Violations},
-    http::pagination::parse_one_of,
     http::{deposits::LedgerEntryView, extract::StrictJson},
     state::AppState,
     store,
@@ -169,62 +165,4 @@ pub(crate) async fn create_wire_deposit(
         StatusCode::CREATED,
         Json(crate::http::deposits::DepositView::new(deposit)),
     ))
-}
-
-/// Query of `GET /reviews`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ReviewsQuery {
-    status: Option<String>,
-}
-
-pub(crate) async fn list_reviews(
-    State(state): State<AppState>,
-    crate::http::extract::StrictQuery(query): crate::http::extract::StrictQuery<ReviewsQuery>,
-) -> Result<Json<Value>, ApiError> {
-    let mut v = Violations::default();
-    let status = parse_one_of::<ReviewStatus>(query.status.as_deref(), "status", &mut v);
-    v.into_result()?;
-    let rows = store::deposits::reviews(&state.db, status).await?;
-    Ok(Json(
-        json!({ "object": "list", "data": rows.into_iter().map(review_json).collect::<Vec<_>>() }),
-    ))
-}
-
-/// Body of `POST /reviews/{id}/resolve`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ResolveBody {
-    resolution: String,
-}
-
-pub(crate) async fn resolve_review(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    StrictJson(body): StrictJson<ResolveBody>,
-) -> Result<Json<Value>, ApiError> {
-    let resolution = body.resolution.trim();
-    if resolution.is_empty() || resolution.chars().count() > 500 {
-        return Err(ApiError::invalid(
-            "resolution",
-            "must be 1 to 500 characters",
-        ));
-    }
-    let row =
-        store::deposits::resolve_review(&state.db, &id, resolution, crate::domain::time::now())
-            .await?
-            .ok_or_else(|| {
-                ApiError::new(crate::http::error::ErrorCode::NotFound)
-                    .with_message("No such review.")
-            })?;
-    tracing::info!(review_id = %row.id, deposit_id = %row.deposit_id, "review resolved");
-    Ok(Json(review_json(row)))
-}
-
-fn review_json(row: entities::review::Model) -> Value {
-    json!({
-        "object": "review", "id": row.id, "deposit_id": row.deposit_id, "partner_id": row.partner_id,
-        "reason": row.reason, "detail": row.detail, "status": row.status, "resolution": row.resolution,
-        "created_at": row.created_at, "resolved_at": row.resolved_at,
-    })
 }

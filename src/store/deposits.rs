@@ -256,6 +256,7 @@ pub(crate) async fn raise_review<C: ConnectionTrait>(
     db: &C,
     deposit: &deposit::Model,
     reason: ReviewReason,
+    amount_cents: i64,
     detail: &str,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
@@ -265,10 +266,12 @@ pub(crate) async fn raise_review<C: ConnectionTrait>(
         partner_id: deposit.partner_id.clone(),
         reason,
         detail: detail.chars().take(500).collect(),
+        amount_cents,
         status: ReviewStatus::Open,
         resolution: None,
         created_at: now,
         resolved_at: None,
+        ledger_entry_id: None,
     };
     match review::ActiveModel::from(row).insert(db).await {
         Ok(_) => {
@@ -295,20 +298,48 @@ pub(crate) async fn reviews<C: ConnectionTrait>(
         .await
 }
 
-pub(crate) async fn resolve_review<C: ConnectionTrait>(
+/// One review.
+pub(crate) async fn review<C: ConnectionTrait>(
     db: &C,
     id: &str,
-    resolution: &str,
-    now: DateTime<Utc>,
 ) -> Result<Option<review::Model>, DbErr> {
-    let Some(row) = review::Entity::find_by_id(id.to_owned()).one(db).await? else {
-        return Ok(None);
-    };
-    let mut model: review::ActiveModel = row.into();
-    model.status = sea_orm::ActiveValue::Set(ReviewStatus::Resolved);
-    model.resolution = sea_orm::ActiveValue::Set(Some(resolution.to_owned()));
-    model.resolved_at = sea_orm::ActiveValue::Set(Some(now));
-    model.update(db).await.map(Some)
+    review::Entity::find_by_id(id.to_owned()).one(db).await
+}
+
+/// An operator's decision on a review.
+pub(crate) struct Decision<'a> {
+    /// `approved`, `rejected` or `resolved`.
+    pub status: ReviewStatus,
+    /// What the operator wrote.
+    pub note: &'a str,
+    /// The movement an approval wrote.
+    pub ledger_entry_id: Option<String>,
+    pub now: DateTime<Utc>,
+}
+
+/// Closes a review that is still open; `false` if it was not (someone
+/// decided first), so the caller's transaction rolls back whatever it moved.
+pub(crate) async fn decide_review<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+    decision: Decision<'_>,
+) -> Result<bool, DbErr> {
+    let result = review::Entity::update_many()
+        .col_expr(review::Column::Status, Expr::value(decision.status))
+        .col_expr(
+            review::Column::Resolution,
+            Expr::value(Some(decision.note.to_owned())),
+        )
+        .col_expr(review::Column::ResolvedAt, Expr::value(Some(decision.now)))
+        .col_expr(
+            review::Column::LedgerEntryId,
+            Expr::value(decision.ledger_entry_id),
+        )
+        .filter(review::Column::Id.eq(id))
+        .filter(review::Column::Status.eq(ReviewStatus::Open))
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected == 1)
 }
 
 /// Whether a provider delivery was already processed.

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use entities::{float, partner};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait,
-    QueryFilter, TransactionSession, TransactionTrait,
+    QueryFilter, QueryOrder, QuerySelect, TransactionSession, TransactionTrait,
 };
 
 use crate::domain::{
@@ -100,6 +100,38 @@ pub async fn find_with_floats<C: ConnectionTrait>(
         sandbox_cents: balance(Mode::Sandbox),
         partner,
     }))
+}
+
+/// Partners with both floats, by name, at most `limit` (two queries).
+pub async fn list_with_floats<C: ConnectionTrait>(
+    db: &C,
+    limit: u64,
+) -> Result<Vec<PartnerWithFloats>, DbErr> {
+    let partners = partner::Entity::find()
+        .order_by_asc(partner::Column::Name)
+        .order_by_asc(partner::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?;
+    let ids: Vec<String> = partners.iter().map(|p| p.id.clone()).collect();
+    let floats = float::Entity::find()
+        .filter(float::Column::PartnerId.is_in(ids))
+        .all(db)
+        .await?;
+    let balance = |id: &str, mode: Mode| {
+        floats
+            .iter()
+            .find(|f| f.partner_id == id && f.mode == mode)
+            .map_or(0, |f| f.balance_cents)
+    };
+    Ok(partners
+        .into_iter()
+        .map(|partner| PartnerWithFloats {
+            live_cents: balance(&partner.id, Mode::Live),
+            sandbox_cents: balance(&partner.id, Mode::Sandbox),
+            partner,
+        })
+        .collect())
 }
 
 /// Changes to a partner's terms; `None` leaves a column as it is.

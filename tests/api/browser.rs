@@ -208,3 +208,165 @@ async fn every_docs_page_opens_cleanly_in_a_real_browser() {
         "a 404 went unnoticed: {found:?}"
     );
 }
+
+/// The text the browser shows (not the HTML source).
+async fn text(page: &Page) -> String {
+    try_text(page).await.unwrap()
+}
+
+/// The text shown, or why it could not be read (a page still loading has
+/// no document to ask yet).
+async fn try_text(page: &Page) -> Result<String, String> {
+    page.evaluate("document.body.innerText")
+        .await
+        .map_err(|e| e.to_string())?
+        .into_value()
+        .map_err(|e| e.to_string())
+}
+
+/// Clicks `selector` (a button that submits a form), then waits until the
+/// page shows `expected`: the page the form leads to.
+async fn click_until(page: &Page, selector: &str, expected: &str) -> String {
+    page.find_element(selector)
+        .await
+        .unwrap_or_else(|e| panic!("no {selector}: {e}"))
+        .click()
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        // While the next page loads, the text may not be readable yet.
+        let shown = try_text(page).await.unwrap_or_else(|why| why);
+        if shown.contains(expected) {
+            return shown;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after clicking {selector}, {:?} never showed {expected:?}: {shown}",
+            page.url().await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_operator_signs_in_to_the_console_and_approves_a_deposit_in_a_real_browser() {
+    let Some(executable) = chromium() else {
+        return;
+    };
+    let app = crate::deposits::deposits_app().await;
+    let (partner_id, secret) = crate::helpers::live_partner(&app).await;
+    let (_, review) = crate::reviews::paid_after_credit(&app, &secret).await;
+    let review_id = review["id"].as_str().unwrap();
+    let headless = Headless::launch(executable).await;
+    let page = headless.browser.new_page("about:blank").await.unwrap();
+    let problems = Problems::watch(&page).await;
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let shoot = |name: String| {
+        let (page, shots) = (&page, &shots);
+        async move {
+            let shot = page
+                .screenshot(ScreenshotParams::builder().full_page(true).build())
+                .await
+                .unwrap();
+            std::fs::write(shots.join(format!("{name}.png")), shot).unwrap();
+        }
+    };
+    let origin = app.operator.clone();
+
+    // Signed out, the console sends the browser to its sign-in form.
+    page.goto(format!("{origin}/console").as_str())
+        .await
+        .unwrap();
+    assert_eq!(
+        page.url().await.unwrap().unwrap(),
+        format!("{origin}/console/login")
+    );
+    shoot("login".to_owned()).await;
+    page.find_element("#token")
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap()
+        .type_str(crate::helpers::OPERATOR_TOKEN)
+        .await
+        .unwrap();
+    click_until(
+        &page,
+        "main form button[type=submit]",
+        "deposits waiting for review",
+    )
+    .await;
+
+    // Every page of the console opens cleanly, reached by its links.
+    let mut queue = vec![format!("{origin}/console")];
+    let mut seen = BTreeSet::new();
+    while let Some(url) = queue.pop() {
+        if !seen.insert(url.clone()) {
+            continue;
+        }
+        page.goto(url.as_str()).await.unwrap();
+        assert_eq!(page.url().await.unwrap().unwrap(), url, "still signed in");
+        let found = problems.take();
+        assert!(found.is_empty(), "{url}: {found:#?}");
+        let name = url
+            .trim_start_matches(&origin)
+            .trim_matches('/')
+            .replace('/', "-");
+        shoot(name).await;
+        for link in links(&page).await {
+            if link.starts_with(&format!("{origin}/console")) {
+                queue.push(link);
+            }
+        }
+    }
+    assert_eq!(
+        seen.len(),
+        5,
+        "overview, partners, orders, reviews, actors: {seen:?}"
+    );
+    page.goto(format!("{origin}/console/partners").as_str())
+        .await
+        .unwrap();
+    assert!(text(&page).await.contains("$200.00"), "the float before");
+    shoot("partners-before".to_owned()).await;
+
+    // The review: a note, then the approve button.
+    page.goto(format!("{origin}/console/reviews").as_str())
+        .await
+        .unwrap();
+    shoot("reviews-open".to_owned()).await;
+    let form = format!("#decide-{review_id}");
+    page.find_element(format!("{form} input[name=note]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap()
+        .type_str("paid late on lightning; checked in BTCPay")
+        .await
+        .unwrap();
+    click_until(
+        &page,
+        &format!("{form} button[formaction$='/approve']"),
+        &format!("Review {review_id} is approved"),
+    )
+    .await;
+    shoot("reviews-approved".to_owned()).await;
+
+    // The balance changed, on the console and for the partner.
+    page.goto(format!("{origin}/console/partners").as_str())
+        .await
+        .unwrap();
+    let shown = text(&page).await;
+    assert!(
+        shown.contains("$500.00") && shown.contains(&partner_id),
+        "{shown}"
+    );
+    shoot("partners-after".to_owned()).await;
+    assert_eq!(crate::helpers::balance(&app, &secret).await, 50_000);
+    let found = problems.take();
+    assert!(found.is_empty(), "{found:#?}");
+}

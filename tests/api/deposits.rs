@@ -32,7 +32,7 @@ const UNTHROTTLED: &[(&str, &str)] = &[
 
 // ---------------------------------------------------------------- harness
 
-async fn deposits_app() -> TestApp {
+pub(crate) async fn deposits_app() -> TestApp {
     spawn_app_with(UNTHROTTLED).await
 }
 
@@ -62,7 +62,7 @@ async fn post_deposit(app: &TestApp, secret: &str, body: &str) -> (StatusCode, V
 }
 
 /// Opens a crypto deposit that must be accepted; returns the 201 body.
-async fn open_deposit(app: &TestApp, secret: &str, amount_cents: i64) -> Value {
+pub(crate) async fn open_deposit(app: &TestApp, secret: &str, amount_cents: i64) -> Value {
     let (status, body) = post_deposit(
         app,
         secret,
@@ -73,7 +73,7 @@ async fn open_deposit(app: &TestApp, secret: &str, amount_cents: i64) -> Value {
     body
 }
 
-fn id_of(resource: &Value) -> String {
+pub(crate) fn id_of(resource: &Value) -> String {
     resource["id"]
         .as_str()
         .unwrap_or_else(|| panic!("no id in {resource}"))
@@ -106,7 +106,12 @@ async fn sim_event_unchecked(
 }
 
 /// [`sim_event_unchecked`], asserting that the service took the webhook.
-async fn sim_event(app: &TestApp, deposit_id: &str, event: &str, amount_cents: i64) -> Value {
+pub(crate) async fn sim_event(
+    app: &TestApp,
+    deposit_id: &str,
+    event: &str,
+    amount_cents: i64,
+) -> Value {
     let answer = sim_event_unchecked(app, deposit_id, event, amount_cents).await;
     assert_eq!(
         answer["callback_status"], 200,
@@ -115,14 +120,14 @@ async fn sim_event(app: &TestApp, deposit_id: &str, event: &str, amount_cents: i
     answer
 }
 
-async fn show_deposit(app: &TestApp, secret: &str, id: &str) -> Value {
+pub(crate) async fn show_deposit(app: &TestApp, secret: &str, id: &str) -> Value {
     let (status, body) = get(app, secret, &format!("/deposits/{id}")).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body
 }
 
 /// The live float as the operator sees it (works on closed accounts too).
-async fn live_float(app: &TestApp, partner_id: &str) -> i64 {
+pub(crate) async fn live_float(app: &TestApp, partner_id: &str) -> i64 {
     let (status, partner) = read(
         app.operator(Method::GET, &format!("/partners/{partner_id}"))
             .send()
@@ -153,7 +158,7 @@ async fn stored_deposit(app: &TestApp, id: &str) -> deposit::Model {
 }
 
 /// Every page of `GET /ledger` (unfiltered) at `limit`, concatenated.
-async fn whole_ledger(app: &TestApp, secret: &str) -> Vec<Value> {
+pub(crate) async fn whole_ledger(app: &TestApp, secret: &str) -> Vec<Value> {
     let mut rows = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -172,7 +177,7 @@ async fn whole_ledger(app: &TestApp, secret: &str) -> Vec<Value> {
 }
 
 /// Reviews of one deposit (any status).
-async fn reviews_of(app: &TestApp, deposit_id: &str) -> Vec<Value> {
+pub(crate) async fn reviews_of(app: &TestApp, deposit_id: &str) -> Vec<Value> {
     let (status, body) = read(app.operator(Method::GET, "/reviews").send().await.unwrap()).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body["data"]
@@ -185,7 +190,7 @@ async fn reviews_of(app: &TestApp, deposit_id: &str) -> Vec<Value> {
 }
 
 /// The single review of a deposit; asserts its reason and that it is open.
-async fn the_review_of(app: &TestApp, deposit_id: &str, reason: &str) -> Value {
+pub(crate) async fn the_review_of(app: &TestApp, deposit_id: &str, reason: &str) -> Value {
     let reviews = reviews_of(app, deposit_id).await;
     assert_eq!(reviews.len(), 1, "one review for {deposit_id}: {reviews:?}");
     let review = reviews.into_iter().next().unwrap();
@@ -240,7 +245,7 @@ async fn wired(app: &TestApp, partner_id: &str, amount_cents: i64, reference: &s
     body
 }
 
-async fn set_partner_status(app: &TestApp, partner_id: &str, status: &str) {
+pub(crate) async fn set_partner_status(app: &TestApp, partner_id: &str, status: &str) {
     let (code, body) = read(
         app.operator(Method::PATCH, &format!("/partners/{partner_id}"))
             .json(&json!({ "status": status }))
@@ -1876,7 +1881,13 @@ async fn without_a_provider_deposits_are_unavailable_and_not_retryable() {
 // ------------------------------------------- Greenfield's real invoice states
 
 /// Tells the simulated provider about a payment over one method.
-async fn sim_pay(app: &TestApp, deposit_id: &str, event: &str, cents: i64, method: &str) -> Value {
+pub(crate) async fn sim_pay(
+    app: &TestApp,
+    deposit_id: &str,
+    event: &str,
+    cents: i64,
+    method: &str,
+) -> Value {
     let simulators = app.simulators.as_deref().expect("the simulators run");
     let (status, answer) = read(
         app.client

@@ -241,7 +241,7 @@ async fn key_issue_validation() {
 
 /// Runs `esim-reseller admin ...` against the test app (asynchronously, so
 /// the app keeps serving on this runtime meanwhile).
-async fn admin(app: &crate::helpers::TestApp, args: &[&str]) -> (bool, Value) {
+pub(crate) async fn admin(app: &crate::helpers::TestApp, args: &[&str]) -> (bool, Value) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_esim-reseller"))
         .args([
             "admin",

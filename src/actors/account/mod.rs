@@ -29,7 +29,7 @@ use crate::{
         order::FailureCode,
         ordering::{self, Binding, Bound, Floats, OrderRequest, Outcome, Priced, Refusal},
         partner::Mode,
-        states::{DepositStatus, LedgerKind},
+        states::{DepositStatus, LedgerKind, ReviewStatus},
         time,
     },
     store::{
@@ -40,9 +40,11 @@ use crate::{
 
 mod batch;
 mod money;
+mod review;
 
 use batch::flush;
 use money::{apply_movement, credit_deposit, refund, wire_deposit};
+use review::approve_review;
 
 /// Keys remembered in memory per account; past it the memory is cleared
 /// (the database still knows them all).
@@ -147,6 +149,12 @@ pub(crate) enum AccountMsg {
         String,
         RpcReplyPort<Result<deposit::Model, AccountError>>,
     ),
+    /// Approve a deposit review: its movement, once.
+    ApproveReview {
+        review_id: String,
+        note: String,
+        reply: RpcReplyPort<Result<entities::review::Model, AccountError>>,
+    },
     /// Decide and persist every order request queued so far.
     Flush,
     /// The balances as this actor holds them: (live, sandbox); for tests.
@@ -376,6 +384,13 @@ async fn handle_message(
         }
         AccountMsg::WireDeposit(amount, reference, reply) => {
             let _ = reply.send(wire_deposit(state, amount, &reference).await);
+        }
+        AccountMsg::ApproveReview {
+            review_id,
+            note,
+            reply,
+        } => {
+            let _ = reply.send(approve_review(state, &review_id, &note).await);
         }
         AccountMsg::Fail => return Err("fault injected by the operator".into()),
     }

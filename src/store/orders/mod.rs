@@ -34,6 +34,29 @@ use money::move_float;
 pub use money::*;
 pub use settle::*;
 
+/// Orders a person should look at, newest first, at most `limit`: those
+/// that failed, and those still `processing` that were accepted before
+/// `processing_since` (past the supplier's deadline).
+pub async fn needing_attention<C: ConnectionTrait>(
+    db: &C,
+    processing_since: DateTime<Utc>,
+    limit: u64,
+) -> Result<Vec<order::Model>, DbErr> {
+    let stuck = Condition::all()
+        .add(order::Column::Status.eq(OrderStatus::Processing))
+        .add(order::Column::CreatedAt.lt(processing_since));
+    order::Entity::find()
+        .filter(
+            Condition::any()
+                .add(order::Column::Status.eq(OrderStatus::Failed))
+                .add(stuck),
+        )
+        .order_by_desc(order::Column::CreatedAt)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
 /// Both floats of a partner: (live, sandbox).
 pub async fn balances<C: ConnectionTrait>(db: &C, partner_id: &str) -> Result<(i64, i64), DbErr> {
     let rows = float::Entity::find()

@@ -3,6 +3,8 @@
 //! reloaded from the database in `pre_start`), and passivates idle ones with
 //! `drain` so nothing queued is dropped.
 
+mod money;
+
 use std::{
     collections::HashMap,
     sync::{
@@ -13,14 +15,11 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use entities::ledger_entry;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, rpc::CallResult};
 use serde::Serialize;
 
 use super::{
-    account::{
-        AccountActor, AccountArgs, AccountError, AccountMsg, Decision, Movement, PlaceOrder,
-    },
+    account::{AccountActor, AccountArgs, AccountError, AccountMsg, Decision, PlaceOrder},
     log_lifecycle,
     provisioning::ProvisioningHandle,
 };
@@ -202,56 +201,6 @@ impl Accounts {
         })
         .await
         .map_err(|e| e.to_string())?
-    }
-
-    /// Asks the partner's actor to move money on the live float.
-    pub async fn movement(
-        &self,
-        partner_id: &str,
-        movement: Movement,
-    ) -> Result<ledger_entry::Model, AccountError> {
-        self.ask(partner_id, |reply| AccountMsg::Movement(movement, reply))
-            .await?
-    }
-
-    /// Asks the partner's actor to credit a confirmed crypto deposit.
-    pub async fn credit_deposit(
-        &self,
-        partner_id: &str,
-        deposit_id: &str,
-        amount_cents: i64,
-    ) -> Result<bool, AccountError> {
-        let deposit_id = deposit_id.to_owned();
-        self.ask(partner_id, |reply| {
-            AccountMsg::CreditDeposit(deposit_id, amount_cents, reply)
-        })
-        .await?
-    }
-
-    /// Asks the partner's actor to record a wire deposit.
-    pub async fn wire_deposit(
-        &self,
-        partner_id: &str,
-        amount_cents: i64,
-        reference: &str,
-    ) -> Result<entities::deposit::Model, AccountError> {
-        let reference = reference.to_owned();
-        self.ask(partner_id, |reply| {
-            AccountMsg::WireDeposit(amount_cents, reference, reply)
-        })
-        .await?
-    }
-
-    /// Asks the partner's actor to set the sandbox float.
-    pub async fn set_sandbox_float(
-        &self,
-        partner_id: &str,
-        cents: i64,
-    ) -> Result<(), AccountError> {
-        self.ask(partner_id, |reply| {
-            AccountMsg::SetSandboxFloat(cents, reply)
-        })
-        .await?
     }
 
     /// Fault injection: makes the partner's actor fail.

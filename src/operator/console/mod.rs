@@ -1,0 +1,41 @@
+//! The operator console at `/console` on the operator listener: server-
+//! rendered pages whose forms work without JavaScript and that load nothing
+//! from elsewhere.
+//!
+//! - [`session`]: signing in with the operator token; a signed, expiring
+//!   session cookie and a CSRF token on every form.
+//! - [`pages`]: the overview, partners with their floats, orders failed or
+//!   past their deadline, deposit reviews with approve and reject (through
+//!   [`super::reviews`], as the API and the CLI decide), and the live actors
+//!   with recent supervision events.
+//! - [`sections`] and [`views`]: the HTML.
+
+mod pages;
+mod sections;
+mod session;
+mod views;
+
+use axum::{
+    Router,
+    extract::rejection::FormRejection,
+    routing::{get, post},
+};
+
+use crate::state::AppState;
+
+/// A submitted form, or why it could not be read (answered as a page).
+type FormResult<T> = Result<axum::Form<T>, FormRejection>;
+
+/// Routes under `/console`.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(pages::overview))
+        .route("/login", get(session::login_page).post(session::login))
+        .route("/logout", post(session::logout))
+        .route("/partners", get(pages::partners))
+        .route("/orders", get(pages::orders))
+        .route("/reviews", get(pages::reviews_page))
+        .route("/reviews/{id}/approve", post(pages::approve))
+        .route("/reviews/{id}/reject", post(pages::reject))
+        .route("/actors", get(pages::actors))
+}

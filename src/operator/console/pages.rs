@@ -1,0 +1,238 @@
+//! The console's pages and its two decisions. Each page loads what it shows
+//! from the store and the actors' in-memory views; decisions go through
+//! `operator::reviews`, the functions behind the operator API and the CLI.
+
+use axum::{
+    extract::{Path, Query, State, rejection::QueryRejection},
+    http::StatusCode,
+    response::{IntoResponse, Redirect, Response},
+};
+use maud::Markup;
+use serde::Deserialize;
+
+use super::{
+    FormResult,
+    sections::{self, Banner, Counts},
+    session::Operator,
+    views,
+};
+use crate::{
+    actors::events,
+    domain::{states::ReviewStatus, time},
+    http::error::ApiError,
+    operator::reviews,
+    state::AppState,
+    store,
+};
+
+/// Most rows a table shows.
+const ROWS: u64 = 200;
+
+/// What a page handler answers: the page, or a failure page.
+type Page = Result<Response, Response>;
+
+/// `GET /console`.
+pub(super) async fn overview(operator: Operator, State(state): State<AppState>) -> Page {
+    let db_failed = |err| failed(&operator, err);
+    let partners = store::partners::list_with_floats(&state.db, ROWS)
+        .await
+        .map_err(db_failed)?;
+    let open = store::deposits::reviews(&state.db, Some(ReviewStatus::Open))
+        .await
+        .map_err(db_failed)?;
+    let attention = needing_attention(&state).await.map_err(db_failed)?;
+    let counts = Counts {
+        partners: partners.len(),
+        open_reviews: open.len(),
+        orders_needing_attention: attention.len(),
+        live_actors: state.accounts.load().live,
+        restarts: state.accounts.total_restarts(),
+    };
+    Ok(shown(
+        &operator,
+        "Overview",
+        "/console",
+        sections::overview(&counts, &events::recent()),
+    ))
+}
+
+/// `GET /console/partners`.
+pub(super) async fn partners(operator: Operator, State(state): State<AppState>) -> Page {
+    let rows = store::partners::list_with_floats(&state.db, ROWS)
+        .await
+        .map_err(|err| failed(&operator, err))?;
+    Ok(shown(
+        &operator,
+        "Partners",
+        "/console/partners",
+        sections::partners(&rows),
+    ))
+}
+
+/// `GET /console/orders`.
+pub(super) async fn orders(operator: Operator, State(state): State<AppState>) -> Page {
+    let rows = needing_attention(&state)
+        .await
+        .map_err(|err| failed(&operator, err))?;
+    let content = sections::orders(&rows, state.order_deadline.num_seconds());
+    Ok(shown(
+        &operator,
+        "Orders needing attention",
+        "/console/orders",
+        content,
+    ))
+}
+
+/// Query of `GET /console/reviews`: the review just decided, if any.
+#[derive(Debug, Deserialize)]
+pub(super) struct ReviewsQuery {
+    decided: Option<String>,
+}
+
+/// `GET /console/reviews`.
+pub(super) async fn reviews_page(
+    operator: Operator,
+    State(state): State<AppState>,
+    query: Result<Query<ReviewsQuery>, QueryRejection>,
+) -> Page {
+    let decided = query.ok().and_then(|Query(q)| q.decided);
+    let banner = match decided {
+        Some(id) => store::deposits::review(&state.db, &id)
+            .await
+            .map_err(|err| failed(&operator, err))?
+            .filter(|review| review.status != ReviewStatus::Open)
+            .map(Banner::Decided),
+        None => None,
+    };
+    reviews_with(&operator, &state, StatusCode::OK, banner.as_ref()).await
+}
+
+/// The form of a decision.
+#[derive(Debug, Deserialize)]
+pub(super) struct DecisionForm {
+    csrf: String,
+    note: String,
+}
+
+/// `POST /console/reviews/{id}/approve`.
+pub(super) async fn approve(
+    operator: Operator,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    form: FormResult<DecisionForm>,
+) -> Page {
+    decide(operator, state, id, form, ReviewStatus::Approved).await
+}
+
+/// `POST /console/reviews/{id}/reject`.
+pub(super) async fn reject(
+    operator: Operator,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    form: FormResult<DecisionForm>,
+) -> Page {
+    decide(operator, state, id, form, ReviewStatus::Rejected).await
+}
+
+/// Takes a decision and shows the reviews again: after a redirect when it
+/// was taken (so reloading the page does not submit it twice), with the
+/// reason and the API's status when it was not.
+async fn decide(
+    operator: Operator,
+    state: AppState,
+    id: String,
+    form: FormResult<DecisionForm>,
+    decision: ReviewStatus,
+) -> Page {
+    let Ok(axum::Form(form)) = form else {
+        let refused =
+            Banner::Refused("The form was not understood; write a note and choose again.".into());
+        return reviews_with(&operator, &state, StatusCode::BAD_REQUEST, Some(&refused)).await;
+    };
+    if !operator.sent(&form.csrf) {
+        return Err(views::page(StatusCode::FORBIDDEN, views::stale_form()));
+    }
+    let taken = match reviews::checked_note("note", &form.note) {
+        Err(error) => Err(error),
+        Ok(note) if decision == ReviewStatus::Approved => reviews::approve(&state, &id, note).await,
+        Ok(note) => reviews::close(&state, &id, decision, note).await,
+    };
+    match taken {
+        Ok(review) => {
+            Ok(Redirect::to(&format!("/console/reviews?decided={}", review.id)).into_response())
+        }
+        Err(error) => {
+            let refused = Banner::Refused(refusal(&error));
+            reviews_with(&operator, &state, error.http_status(), Some(&refused)).await
+        }
+    }
+}
+
+/// `GET /console/actors`.
+pub(super) async fn actors(operator: Operator, State(state): State<AppState>) -> Page {
+    let content = sections::actors(
+        &state.accounts.list(),
+        state.accounts.total_restarts(),
+        state.accounts.provisioning().is_some(),
+        &events::recent(),
+    );
+    Ok(shown(&operator, "Actors", "/console/actors", content))
+}
+
+/// The reviews page with `banner`, answered with `status`.
+async fn reviews_with(
+    operator: &Operator,
+    state: &AppState,
+    status: StatusCode,
+    banner: Option<&Banner>,
+) -> Page {
+    let all = store::deposits::reviews(&state.db, None)
+        .await
+        .map_err(|err| failed(operator, err))?;
+    let (open, decided): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|review| review.status == ReviewStatus::Open);
+    let content = sections::reviews(&operator.csrf, banner, &open, &decided);
+    let body = views::layout(
+        "Deposit reviews",
+        "/console/reviews",
+        Some(&operator.csrf),
+        content,
+    );
+    Ok(views::page(status, body))
+}
+
+/// Orders failed or processing past the supplier's deadline.
+async fn needing_attention(
+    state: &AppState,
+) -> Result<Vec<entities::order::Model>, sea_orm::DbErr> {
+    let since = time::now() - state.order_deadline;
+    store::orders::needing_attention(&state.db, since, ROWS).await
+}
+
+/// A page of the console, signed in, with `here` marked in the navigation.
+fn shown(operator: &Operator, title: &str, here: &str, content: Markup) -> Response {
+    views::page(
+        StatusCode::OK,
+        views::layout(title, here, Some(&operator.csrf), content),
+    )
+}
+
+/// The failure page for a database error (logged with its cause).
+fn failed(operator: &Operator, err: sea_orm::DbErr) -> Response {
+    tracing::error!(error = %err, "console page failed");
+    let message = "The database did not answer; the page could not be loaded. Try again shortly.";
+    views::page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        views::failure(&operator.csrf, message),
+    )
+}
+
+/// What to tell the operator about a decision refused: the API's message,
+/// and the field when one was wrong.
+fn refusal(error: &ApiError) -> String {
+    match &error.param {
+        Some(param) => format!("{} ({param})", error.message),
+        None => error.message.clone(),
+    }
+}

@@ -1,0 +1,247 @@
+//! The content of each console page: tables of what the handlers loaded.
+
+use entities::{order, review};
+use maud::{Markup, html};
+
+use super::views::{usd, when};
+use crate::{
+    actors::{accounts::ActorInfo, events::SupervisionEvent},
+    domain::states::{ReviewReason, ReviewStatus},
+    store::partners::PartnerWithFloats,
+};
+
+/// The counts on the overview, each linking to its page.
+pub(super) struct Counts {
+    pub partners: usize,
+    pub open_reviews: usize,
+    pub orders_needing_attention: usize,
+    pub live_actors: usize,
+    pub restarts: u32,
+}
+
+pub(super) fn overview(counts: &Counts, events: &[SupervisionEvent]) -> Markup {
+    html! {
+        div.tiles {
+            a.tile href="/console/reviews" { b { (counts.open_reviews) } "deposits waiting for review" }
+            a.tile href="/console/orders" { b { (counts.orders_needing_attention) } "orders failed or past their deadline" }
+            a.tile href="/console/partners" { b { (counts.partners) } "partners" }
+            a.tile href="/console/actors" { b { (counts.live_actors) } "live account actors, " (counts.restarts) " restarts" }
+        }
+        h2 { "Recent supervision events" }
+        (events_table(&events[..events.len().min(10)]))
+    }
+}
+
+pub(super) fn partners(rows: &[PartnerWithFloats]) -> Markup {
+    html! {
+        @if rows.is_empty() {
+            p { "No partners yet: create one with " code { "admin partners create" } "." }
+        } @else {
+            table {
+                thead { tr { th { "Partner" } th { "Id" } th { "Status" } th { "Tier" } th.num { "Live float" } th.num { "Sandbox float" } th.num { "Low-balance alert" } } }
+                tbody {
+                    @for row in rows {
+                        @let low = row.live_cents < row.partner.low_balance_threshold_cents;
+                        tr {
+                            td { (row.partner.name) }
+                            td { code { (row.partner.id) } }
+                            td { (row.partner.status) }
+                            td { (row.partner.tier) }
+                            td.num class=[low.then_some("low")] { (usd(row.live_cents)) }
+                            td.num { (usd(row.sandbox_cents)) }
+                            td.num { (usd(row.partner.low_balance_threshold_cents)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn orders(rows: &[order::Model], deadline_seconds: i64) -> Markup {
+    html! {
+        p.muted { "Orders that failed, and orders still processing more than " (deadline_seconds) " seconds (the supplier's deadline) after they were accepted; newest first." }
+        @if rows.is_empty() {
+            p { "Nothing needs attention." }
+        } @else {
+            table {
+                thead { tr { th { "Order" } th { "Partner" } th { "Mode" } th { "Plan" } th.num { "Units" } th.num { "Total" } th { "Status" } th { "Accepted" } th.num { "Attempts" } } }
+                tbody {
+                    @for row in rows {
+                        tr {
+                            td { code { (row.id) } }
+                            td { code { (row.partner_id) } }
+                            td { (row.mode) }
+                            td { (row.plan_id) }
+                            td.num { (row.quantity) }
+                            td.num { (usd(row.total_cents)) }
+                            td {
+                                (row.status)
+                                @if let Some(code) = row.failure_code { " (" (code) ")" }
+                            }
+                            td { (when(row.created_at)) }
+                            td.num { (row.attempts) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What to say above the reviews: a decision taken, or why one was not.
+pub(super) enum Banner {
+    Decided(review::Model),
+    Refused(String),
+}
+
+pub(super) fn reviews(
+    csrf: &str,
+    banner: Option<&Banner>,
+    open: &[review::Model],
+    decided: &[review::Model],
+) -> Markup {
+    html! {
+        @match banner {
+            Some(Banner::Decided(review)) => p.notice role="status" {
+                "Review " code { (review.id) } " is " (review.status) "."
+                @if let Some(entry) = &review.ledger_entry_id { " Ledger entry " code { (entry) } " written." }
+            },
+            Some(Banner::Refused(why)) => p.notice.error role="alert" { (why) },
+            None => {},
+        }
+        h2 { "Waiting for a decision" }
+        @if open.is_empty() {
+            p { "No deposit waits for review." }
+        } @else {
+            table {
+                thead { tr { th { "Review" } th { "Partner" } th { "Deposit" } th { "Reason" } th.num { "Amount" } th { "Raised" } th { "Decision" } } }
+                tbody { @for review in open { (open_row(csrf, review)) } }
+            }
+        }
+        h2 { "Decided" }
+        @if decided.is_empty() {
+            p { "None yet." }
+        } @else {
+            table {
+                thead { tr { th { "Review" } th { "Reason" } th.num { "Amount" } th { "Decision" } th { "Note" } th { "Ledger entry" } th { "When" } } }
+                tbody {
+                    @for review in decided {
+                        tr {
+                            td { code { (review.id) } }
+                            td { (review.reason) }
+                            td.num { (usd(review.amount_cents)) }
+                            td { (review.status) }
+                            td { (review.resolution.as_deref().unwrap_or("")) }
+                            td { @if let Some(entry) = &review.ledger_entry_id { code { (entry) } } }
+                            td { @if let Some(at) = review.resolved_at { (when(at)) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One open review with its note field and the two decisions.
+fn open_row(csrf: &str, review: &review::Model) -> Markup {
+    let form_id = format!("decide-{}", review.id);
+    html! {
+        tr {
+            td { code { (review.id) } }
+            td { code { (review.partner_id) } }
+            td { code { (review.deposit_id) } }
+            td { (review.reason) br; span.muted { (review.detail) } }
+            td.num { (usd(review.amount_cents)) }
+            td { (when(review.created_at)) }
+            td {
+                form id=(form_id) method="post" action={ "/console/reviews/" (review.id) "/reject" } {
+                    input type="hidden" name="csrf" value=(csrf);
+                    input type="text" name="note" required maxlength="500" placeholder="What you checked and decided" aria-label={ "Note for " (review.id) };
+                    " "
+                    // Reject comes first: it is the form's default button,
+                    // the one Enter in the note field submits, and it moves no money.
+                    button type="submit" { "Reject" }
+                    @if let Some(label) = approve_label(review) {
+                        " "
+                        button type="submit" formaction={ "/console/reviews/" (review.id) "/approve" } { (label) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The approve button's words: what the approval would move; `None` where
+/// no approval is possible whatever the deposit says.
+fn approve_label(review: &review::Model) -> Option<String> {
+    if review.status != ReviewStatus::Open || review.amount_cents <= 0 {
+        return None;
+    }
+    match review.reason {
+        ReviewReason::InvalidWithPayment | ReviewReason::PaidAfterCredit => {
+            Some(format!("Approve: credit {}", usd(review.amount_cents)))
+        }
+        ReviewReason::RefundedAfterCredit => {
+            Some(format!("Approve: take back {}", usd(review.amount_cents)))
+        }
+        ReviewReason::ZeroSettlement | ReviewReason::PaidOnClosedAccount => None,
+    }
+}
+
+pub(super) fn actors(
+    actors: &[ActorInfo],
+    restarts: u32,
+    provisioning: bool,
+    events: &[SupervisionEvent],
+) -> Markup {
+    html! {
+        p {
+            "Provisioning: " (if provisioning { "runs on this node" } else { "does not run on this node" })
+            ". Account actor restarts since start: " (restarts) "."
+        }
+        h2 { "Live account actors" }
+        @if actors.is_empty() {
+            p { "None running: an account actor starts with its partner's first request and stops when idle." }
+        } @else {
+            table {
+                thead { tr { th { "Partner" } th.num { "Mailbox" } th.num { "Restarts" } th { "Started" } } }
+                tbody {
+                    @for actor in actors {
+                        tr {
+                            td { code { (actor.partner_id.as_deref().unwrap_or(actor.kind)) } }
+                            td.num { (actor.mailbox_len) }
+                            td.num { (actor.restarts) }
+                            td { (when(actor.started_at)) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Recent supervision events" }
+        (events_table(events))
+    }
+}
+
+fn events_table(events: &[SupervisionEvent]) -> Markup {
+    html! {
+        @if events.is_empty() {
+            p { "None since this process started." }
+        } @else {
+            table {
+                thead { tr { th { "When" } th { "Actor" } th { "Partner" } th { "Event" } th { "Reason" } } }
+                tbody {
+                    @for event in events {
+                        tr {
+                            td { (when(event.at)) }
+                            td { (event.actor) }
+                            td { @if let Some(partner) = &event.partner_id { code { (partner) } } }
+                            td class=[(event.event == "failed").then_some("low")] { (event.event) }
+                            td { (event.reason) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
