@@ -78,6 +78,8 @@ pub struct Shared {
     pub suppliers: Suppliers,
     /// Whether the operator may inject actor failures.
     pub fault_injection: bool,
+    /// Whether the console's session cookie is `Secure` (HTTPS only).
+    pub console_secure_cookie: bool,
     /// Crypto deposits.
     pub deposits: Deposits,
     /// When this node provisions: how long a freshly accepted order is

@@ -528,6 +528,7 @@ async fn shared_state(
         suppliers: supply.suppliers,
         supplier_orders: actors.supplier_orders.clone(),
         fault_injection: settings.operator.fault_injection,
+        console_secure_cookie: settings.operator.console_secure_cookie,
         order_deadline: chrono::Duration::from_std(Duration::from_secs(
             settings.supplier.deadline_seconds,
         ))

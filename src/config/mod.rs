@@ -160,6 +160,9 @@ pub struct OperatorSettings {
     pub token: SecretString,
     /// Enables the actor fault-injection route.
     pub fault_injection: bool,
+    /// Marks the console's session cookie `Secure` (HTTPS only).
+    #[serde(default)]
+    pub console_secure_cookie: bool,
     /// Whether `GET /metrics` asks for the operator token. Unset: it does
     /// except in development (simulators on, both listeners on loopback).
     #[serde(default)]

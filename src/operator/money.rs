@@ -34,6 +34,9 @@ pub(crate) struct MovementBody {
     description: String,
 }
 
+/// What `kind` may be.
+const KINDS: &str = "must be adjustment, payout or chargeback";
+
 /// Largest single movement: $10,000,000.
 const MAX_MOVEMENT_CENTS: i64 = 1_000_000_000;
 
@@ -45,7 +48,13 @@ pub(crate) async fn create_movement(
 ) -> Result<(StatusCode, Json<LedgerEntryView>), ApiError> {
     let id = parse_partner_id(&id)?;
     let mut v = Violations::default();
-    let kind = LedgerKind::parse(&body.kind);
+    // Only these three kinds are an operator's to write.
+    let kind = LedgerKind::parse(&body.kind).filter(|kind| {
+        matches!(
+            kind,
+            LedgerKind::Adjustment | LedgerKind::Payout | LedgerKind::Chargeback
+        )
+    });
     match kind {
         Some(LedgerKind::Adjustment) => {
             v.check(body.amount_cents == 0, "amount_cents", "must not be zero")
@@ -55,10 +64,11 @@ pub(crate) async fn create_movement(
             "amount_cents",
             "must be negative for a payout or a chargeback",
         ),
-        _ => v.add("kind", "must be adjustment, payout or chargeback"),
+        _ => v.add("kind", KINDS),
     }
+    // `unsigned_abs`: `i64::MIN` has no positive counterpart, and must be refused, not overflow.
     v.check(
-        body.amount_cents.abs() > MAX_MOVEMENT_CENTS,
+        body.amount_cents.unsigned_abs() > MAX_MOVEMENT_CENTS.unsigned_abs(),
         "amount_cents",
         "must be at most 1000000000 cents either way",
     );
@@ -70,10 +80,7 @@ pub(crate) async fn create_movement(
     );
     v.into_result()?;
     let Some(kind) = kind else {
-        return Err(ApiError::invalid(
-            "kind",
-            "must be adjustment, payout or chargeback",
-        ));
+        return Err(ApiError::invalid("kind", KINDS));
     };
     store::partners::find(&state.db, id.as_str())
         .await?

@@ -205,6 +205,21 @@ async fn the_console_asks_for_the_operator_token_and_keeps_a_signed_expiring_ses
 }
 
 #[tokio::test]
+async fn behind_tls_the_session_cookie_is_marked_secure() {
+    let plain = try_sign_in(&spawn_app_with(&[]).await, OPERATOR_TOKEN).await;
+    assert!(
+        !plain.headers[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .contains("Secure")
+    );
+    let app = spawn_app_with(&[("operator.console_secure_cookie", "true")]).await;
+    let secure = try_sign_in(&app, OPERATOR_TOKEN).await;
+    let set = secure.headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(set.ends_with("; Secure"), "{set}");
+}
+
+#[tokio::test]
 async fn failed_sign_ins_run_out_of_budget_for_the_address() {
     let app = spawn_app_with(&[("rate_limit.failed_auth_limit", "3")]).await;
     for _ in 0..3 {

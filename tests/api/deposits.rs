@@ -1688,6 +1688,12 @@ async fn movements_with_an_unknown_kind_or_the_wrong_sign_are_refused() {
         ("chargeback", 0, "amount_cents"),
         ("adjustment", 0, "amount_cents"),
         ("adjustment", 1_000_000_001, "amount_cents"),
+        ("adjustment", -1_000_000_001, "amount_cents"),
+        // No positive counterpart: refused, never overflowing into a 500.
+        ("adjustment", i64::MIN, "amount_cents"),
+        ("payout", i64::MIN, "amount_cents"),
+        ("chargeback", i64::MIN, "amount_cents"),
+        ("adjustment", i64::MAX, "amount_cents"),
         ("deposit", 100, "kind"),
         ("purchase", -100, "kind"),
         ("refund", 100, "kind"),

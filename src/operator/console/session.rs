@@ -101,8 +101,13 @@ pub(super) async fn login(
         );
     };
     let session = format!("{expires}.{signature}");
+    let secure = if state.console_secure_cookie {
+        "; Secure"
+    } else {
+        ""
+    };
     let cookie = format!(
-        "{COOKIE}={session}; Path=/console; Max-Age={SESSION_SECONDS}; HttpOnly; SameSite=Strict"
+        "{COOKIE}={session}; Path=/console; Max-Age={SESSION_SECONDS}; HttpOnly; SameSite=Strict{secure}"
     );
     ([(header::SET_COOKIE, cookie)], Redirect::to("/console")).into_response()
 }
