@@ -3,8 +3,8 @@
 use chrono::{DateTime, Utc};
 use entities::{deposit, ledger_entry, provider_delivery, review};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, sea_query::Expr,
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect, sea_query::Expr,
 };
 
 use super::orders::{LedgerRow, insert_ledger, move_money};
@@ -281,6 +281,14 @@ pub(crate) async fn raise_review<C: ConnectionTrait>(
         Err(err) if super::is_unique_violation(&err) => Ok(()),
         Err(err) => Err(err),
     }
+}
+
+/// How many reviews wait for an operator.
+pub(crate) async fn open_review_count<C: ConnectionTrait>(db: &C) -> Result<u64, DbErr> {
+    review::Entity::find()
+        .filter(review::Column::Status.eq(ReviewStatus::Open))
+        .count(db)
+        .await
 }
 
 pub(crate) async fn reviews<C: ConnectionTrait>(

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use entities::{float, partner};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait,
-    QueryFilter, QueryOrder, QuerySelect, TransactionSession, TransactionTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionSession, TransactionTrait,
 };
 
 use crate::domain::{
@@ -100,6 +100,11 @@ pub async fn find_with_floats<C: ConnectionTrait>(
         sandbox_cents: balance(Mode::Sandbox),
         partner,
     }))
+}
+
+/// How many partners there are.
+pub async fn count<C: ConnectionTrait>(db: &C) -> Result<u64, DbErr> {
+    partner::Entity::find().count(db).await
 }
 
 /// Partners with both floats, by name, at most `limit` (two queries).

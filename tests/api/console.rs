@@ -376,3 +376,28 @@ async fn a_review_is_approved_from_its_form_once_and_only_with_the_session_token
     assert!(again.body.contains("already approved"), "{}", again.body);
     assert_eq!(balance(&app, &secret).await, 50_000, "credited once");
 }
+
+#[tokio::test]
+async fn a_long_table_says_it_shows_only_its_first_rows_and_the_overview_counts_them_all() {
+    let app = spawn_app_with(&[]).await;
+    for _ in 0..201 {
+        app.create_partner(json!({})).await;
+    }
+    let cookie = sign_in(&app).await;
+
+    let partners = open(&app, Some(&cookie), "/console/partners").await;
+    assert!(
+        partners
+            .body
+            .contains("Showing the first 200 of 201, by name."),
+        "{}",
+        partners.body
+    );
+    assert_eq!(partners.body.matches("<code>pt_").count(), 200);
+    let overview = open(&app, Some(&cookie), "/console").await;
+    assert!(
+        overview.body.contains("<b>201</b>partners"),
+        "{}",
+        overview.body
+    );
+}

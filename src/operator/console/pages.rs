@@ -34,17 +34,15 @@ type Page = Result<Response, Response>;
 /// `GET /console`.
 pub(super) async fn overview(operator: Operator, State(state): State<AppState>) -> Page {
     let db_failed = |err| failed(&operator, err);
-    let partners = store::partners::list_with_floats(&state.db, ROWS)
-        .await
-        .map_err(db_failed)?;
-    let open = store::deposits::reviews(&state.db, Some(ReviewStatus::Open))
-        .await
-        .map_err(db_failed)?;
-    let attention = needing_attention(&state).await.map_err(db_failed)?;
+    let since = time::now() - state.order_deadline;
     let counts = Counts {
-        partners: partners.len(),
-        open_reviews: open.len(),
-        orders_needing_attention: attention.len(),
+        partners: store::partners::count(&state.db).await.map_err(db_failed)?,
+        open_reviews: store::deposits::open_review_count(&state.db)
+            .await
+            .map_err(db_failed)?,
+        orders_needing_attention: store::orders::needing_attention_count(&state.db, since)
+            .await
+            .map_err(db_failed)?,
         live_actors: state.accounts.load().live,
         restarts: state.accounts.total_restarts(),
     };
@@ -58,23 +56,26 @@ pub(super) async fn overview(operator: Operator, State(state): State<AppState>) 
 
 /// `GET /console/partners`.
 pub(super) async fn partners(operator: Operator, State(state): State<AppState>) -> Page {
+    let db_failed = |err| failed(&operator, err);
     let rows = store::partners::list_with_floats(&state.db, ROWS)
         .await
-        .map_err(|err| failed(&operator, err))?;
-    Ok(shown(
-        &operator,
-        "Partners",
-        "/console/partners",
-        sections::partners(&rows),
-    ))
+        .map_err(db_failed)?;
+    let total = store::partners::count(&state.db).await.map_err(db_failed)?;
+    let content = sections::partners(&rows, total);
+    Ok(shown(&operator, "Partners", "/console/partners", content))
 }
 
 /// `GET /console/orders`.
 pub(super) async fn orders(operator: Operator, State(state): State<AppState>) -> Page {
-    let rows = needing_attention(&state)
+    let db_failed = |err| failed(&operator, err);
+    let since = time::now() - state.order_deadline;
+    let rows = store::orders::needing_attention(&state.db, since, ROWS)
         .await
-        .map_err(|err| failed(&operator, err))?;
-    let content = sections::orders(&rows, state.order_deadline.num_seconds());
+        .map_err(db_failed)?;
+    let total = store::orders::needing_attention_count(&state.db, since)
+        .await
+        .map_err(db_failed)?;
+    let content = sections::orders(&rows, total, state.order_deadline.num_seconds());
     Ok(shown(
         &operator,
         "Orders needing attention",
@@ -200,14 +201,6 @@ async fn reviews_with(
         content,
     );
     Ok(views::page(status, body))
-}
-
-/// Orders failed or processing past the supplier's deadline.
-async fn needing_attention(
-    state: &AppState,
-) -> Result<Vec<entities::order::Model>, sea_orm::DbErr> {
-    let since = time::now() - state.order_deadline;
-    store::orders::needing_attention(&state.db, since, ROWS).await
 }
 
 /// A page of the console, signed in, with `here` marked in the navigation.

@@ -12,9 +12,9 @@ use crate::{
 
 /// The counts on the overview, each linking to its page.
 pub(super) struct Counts {
-    pub partners: usize,
-    pub open_reviews: usize,
-    pub orders_needing_attention: usize,
+    pub partners: u64,
+    pub open_reviews: u64,
+    pub orders_needing_attention: u64,
     pub live_actors: usize,
     pub restarts: u32,
 }
@@ -32,8 +32,9 @@ pub(super) fn overview(counts: &Counts, events: &[SupervisionEvent]) -> Markup {
     }
 }
 
-pub(super) fn partners(rows: &[PartnerWithFloats]) -> Markup {
+pub(super) fn partners(rows: &[PartnerWithFloats], total: u64) -> Markup {
     html! {
+        (first_of(rows.len(), total, "by name"))
         @if rows.is_empty() {
             p { "No partners yet: create one with " code { "admin partners create" } "." }
         } @else {
@@ -58,9 +59,10 @@ pub(super) fn partners(rows: &[PartnerWithFloats]) -> Markup {
     }
 }
 
-pub(super) fn orders(rows: &[order::Model], deadline_seconds: i64) -> Markup {
+pub(super) fn orders(rows: &[order::Model], total: u64, deadline_seconds: i64) -> Markup {
     html! {
         p.muted { "Orders that failed, and orders still processing more than " (deadline_seconds) " seconds (the supplier's deadline) after they were accepted; newest first." }
+        (first_of(rows.len(), total, "newest first"))
         @if rows.is_empty() {
             p { "Nothing needs attention." }
         } @else {
@@ -85,6 +87,15 @@ pub(super) fn orders(rows: &[order::Model], deadline_seconds: i64) -> Markup {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Says so when a table shows only the first rows of more.
+fn first_of(shown: usize, total: u64, order: &str) -> Markup {
+    html! {
+        @if u64::try_from(shown).unwrap_or(u64::MAX) < total {
+            p.notice { "Showing the first " (shown) " of " (total) ", " (order) "." }
         }
     }
 }

@@ -9,8 +9,8 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use entities::{esim, float, idempotency_key, ledger_entry, order, order_unit};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect,
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect,
     sea_query::{Expr, ExprTrait},
 };
 
@@ -34,27 +34,40 @@ use money::move_float;
 pub use money::*;
 pub use settle::*;
 
-/// Orders a person should look at, newest first, at most `limit`: those
-/// that failed, and those still `processing` that were accepted before
-/// `processing_since` (past the supplier's deadline).
+/// Orders a person should look at, newest first, at most `limit`.
 pub async fn needing_attention<C: ConnectionTrait>(
     db: &C,
     processing_since: DateTime<Utc>,
     limit: u64,
 ) -> Result<Vec<order::Model>, DbErr> {
-    let stuck = Condition::all()
-        .add(order::Column::Status.eq(OrderStatus::Processing))
-        .add(order::Column::CreatedAt.lt(processing_since));
     order::Entity::find()
-        .filter(
-            Condition::any()
-                .add(order::Column::Status.eq(OrderStatus::Failed))
-                .add(stuck),
-        )
+        .filter(needs_attention(processing_since))
         .order_by_desc(order::Column::CreatedAt)
         .limit(limit)
         .all(db)
         .await
+}
+
+/// How many orders a person should look at.
+pub async fn needing_attention_count<C: ConnectionTrait>(
+    db: &C,
+    processing_since: DateTime<Utc>,
+) -> Result<u64, DbErr> {
+    order::Entity::find()
+        .filter(needs_attention(processing_since))
+        .count(db)
+        .await
+}
+
+/// Orders that failed, and those still `processing` that were accepted
+/// before `processing_since` (past the supplier's deadline).
+fn needs_attention(processing_since: DateTime<Utc>) -> Condition {
+    let stuck = Condition::all()
+        .add(order::Column::Status.eq(OrderStatus::Processing))
+        .add(order::Column::CreatedAt.lt(processing_since));
+    Condition::any()
+        .add(order::Column::Status.eq(OrderStatus::Failed))
+        .add(stuck)
 }
 
 /// Both floats of a partner: (live, sandbox).
