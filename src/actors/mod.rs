@@ -33,7 +33,7 @@ pub(crate) mod writer;
 /// and keeps it for the console.
 pub(crate) fn log_lifecycle(actor: &str, partner_id: Option<&str>, event: &str, reason: &str) {
     events::record(events::SupervisionEvent {
-        at: chrono::Utc::now(),
+        at: crate::domain::time::now(),
         actor: actor.to_owned(),
         partner_id: partner_id.map(str::to_owned),
         event: event.to_owned(),

@@ -1,6 +1,7 @@
 //! Operator money routes: `POST /partners/{id}/movements`,
-//! `POST /partners/{id}/wire-deposits` and `PUT /partners/{id}/sandbox-float`. Both go through the partner's account
-//! actor, never straight to the database.
+//! `POST /partners/{id}/wire-deposits` and `PUT /partners/{id}/sandbox-float`.
+//! Each goes through the partner's account actor, never straight to the
+//! database.
 //!
 //! An `adjustment` may be of either sign; a `payout` or a `chargeback` is
 //! negative. Adjustments and payouts never take the live float below zero

@@ -128,11 +128,12 @@ pub(crate) async fn close(
     note: &str,
 ) -> Result<review::Model, ApiError> {
     let found = find(state, id).await?;
+    let now = time::now();
     let decision = store::deposits::Decision {
         status,
         note,
         ledger_entry_id: None,
-        now: time::now(),
+        now,
     };
     if !store::deposits::decide_review(&state.db, &found.id, decision).await? {
         let current = find(state, id).await?;
@@ -142,7 +143,13 @@ pub(crate) async fn close(
         )));
     }
     tracing::info!(review_id = %found.id, deposit_id = %found.deposit_id, status = %status, "review closed");
-    find(state, id).await
+    // What `decide_review` wrote (`now` is already at the stored precision).
+    Ok(review::Model {
+        status,
+        resolution: Some(note.to_owned()),
+        resolved_at: Some(now),
+        ..found
+    })
 }
 
 async fn find(state: &AppState, id: &str) -> Result<review::Model, ApiError> {

@@ -85,21 +85,7 @@ pub async fn find_with_floats<C: ConnectionTrait>(
     let Some(partner) = find(db, id).await? else {
         return Ok(None);
     };
-    let floats = float::Entity::find()
-        .filter(float::Column::PartnerId.eq(id))
-        .all(db)
-        .await?;
-    let balance = |mode: Mode| {
-        floats
-            .iter()
-            .find(|f| f.mode == mode)
-            .map_or(0, |f| f.balance_cents)
-    };
-    Ok(Some(PartnerWithFloats {
-        live_cents: balance(Mode::Live),
-        sandbox_cents: balance(Mode::Sandbox),
-        partner,
-    }))
+    Ok(attach_floats(db, vec![partner]).await?.pop())
 }
 
 /// How many partners there are.
@@ -118,6 +104,14 @@ pub async fn list_with_floats<C: ConnectionTrait>(
         .limit(limit)
         .all(db)
         .await?;
+    attach_floats(db, partners).await
+}
+
+/// `partners` with their floats, read in one query (a float missing reads as 0).
+async fn attach_floats<C: ConnectionTrait>(
+    db: &C,
+    partners: Vec<partner::Model>,
+) -> Result<Vec<PartnerWithFloats>, DbErr> {
     let ids: Vec<String> = partners.iter().map(|p| p.id.clone()).collect();
     let floats = float::Entity::find()
         .filter(float::Column::PartnerId.is_in(ids))

@@ -37,11 +37,40 @@ pub(super) async fn apply_movement(
     movement: Movement,
 ) -> Result<ledger_entry::Model, AccountError> {
     let db = state.args.db.clone();
-    let now = time::now();
+    let required_cents = -movement.amount_cents;
     let txn = store::begin_write(&db).await?;
+    let written =
+        write_live_movement(&txn, &state.args.partner_id, movement, None, time::now()).await?;
+    let Some(entry) = written else {
+        drop(txn);
+        state.reload_balances().await?;
+        return Err(insufficient(state, required_cents));
+    };
+    txn.commit().await?;
+    state.floats.live = entry.balance_after_cents;
+    tracing::info!(partner_id = %state.args.partner_id, kind = %entry.kind, amount_cents = entry.amount_cents, balance_after = entry.balance_after_cents, "money moved by the operator");
+    Ok(entry)
+}
+
+/// Where a movement stands against a deposit: its id, and the unique key
+/// that keeps the movement from happening twice.
+pub(super) struct AgainstDeposit<'a> {
+    pub deposit_id: &'a str,
+    pub movement_key: String,
+}
+
+/// Writes `movement` on the live float and its ledger row in `txn`; `None`
+/// when it is a debit the float cannot pay and may not overdraw.
+pub(super) async fn write_live_movement(
+    txn: &sea_orm::DatabaseTransaction,
+    partner_id: &str,
+    movement: Movement,
+    against: Option<AgainstDeposit<'_>>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Option<ledger_entry::Model>, sea_orm::DbErr> {
     let moved = store::orders::move_money_with(
-        &txn,
-        &state.args.partner_id,
+        txn,
+        partner_id,
         Mode::Live,
         movement.amount_cents,
         movement.allow_overdraft,
@@ -49,34 +78,38 @@ pub(super) async fn apply_movement(
     )
     .await?;
     let Some((balance_after, Some(seq))) = moved else {
-        drop(txn);
-        state.reload_balances().await?;
-        return Err(AccountError::Refused(Refusal::Insufficient {
-            mode: Mode::Live,
-            balance_cents: state.floats.live,
-            required_cents: -movement.amount_cents,
-        }));
+        return Ok(None);
     };
-    let entry = store::orders::insert_ledger(
-        &txn,
+    let (deposit_id, movement_key) = match against {
+        Some(against) => (Some(against.deposit_id), Some(against.movement_key)),
+        None => (None, None),
+    };
+    store::orders::insert_ledger(
+        txn,
         store::orders::LedgerRow {
-            partner_id: &state.args.partner_id,
+            partner_id,
             seq,
             kind: movement.kind,
             amount_cents: movement.amount_cents,
             balance_after_cents: balance_after,
             description: movement.description,
             order_id: None,
-            deposit_id: None,
-            movement_key: None,
+            deposit_id,
+            movement_key,
             now,
         },
     )
-    .await?;
-    txn.commit().await?;
-    state.floats.live = balance_after;
-    tracing::info!(partner_id = %state.args.partner_id, kind = %entry.kind, amount_cents = entry.amount_cents, balance_after, "money moved by the operator");
-    Ok(entry)
+    .await
+    .map(Some)
+}
+
+/// The refusal of a debit of `required_cents` the live float cannot pay.
+pub(super) fn insufficient(state: &AccountState, required_cents: i64) -> AccountError {
+    AccountError::Refused(Refusal::Insufficient {
+        mode: Mode::Live,
+        balance_cents: state.floats.live,
+        required_cents,
+    })
 }
 
 /// Credits a crypto deposit in one transaction; `false` if it was already credited.

@@ -6,7 +6,10 @@
 
 use entities::review;
 
-use super::*;
+use super::{
+    money::{AgainstDeposit, insufficient, write_live_movement},
+    *,
+};
 use crate::domain::review::{Approval, DepositEffect, approval};
 
 /// Approves review `review_id` of this partner with the operator's `note`.
@@ -35,8 +38,7 @@ pub(super) async fn approve_review(
     let now = time::now();
     let txn = store::begin_write(&db).await?;
     // On any error the transaction is dropped, which rolls it back.
-    let (balance_after, entry) =
-        write_movement(state, &txn, &review, &deposit, approval, note).await?;
+    let entry = write_movement(state, &txn, &review, &deposit, approval, note, now).await?;
     let decision = store::deposits::Decision {
         status: ReviewStatus::Approved,
         note,
@@ -44,11 +46,10 @@ pub(super) async fn approve_review(
         now,
     };
     if !store::deposits::decide_review(&txn, review_id, decision).await? {
-        // Dropping the transaction rolls the movement back.
         return Err(decided_elsewhere());
     }
     txn.commit().await?;
-    state.floats.live = balance_after;
+    state.floats.live = entry.balance_after_cents;
     tracing::info!(partner_id = %review.partner_id, review_id, deposit_id = %deposit.id, amount_cents = entry.amount_cents, ledger_entry_id = %entry.id, "review approved");
     match approval.deposit {
         DepositEffect::Credit => crate::metrics::deposit_transition(
@@ -61,13 +62,18 @@ pub(super) async fn approve_review(
         ),
         DepositEffect::Unchanged => {}
     }
-    store::deposits::review(&db, review_id)
-        .await?
-        .ok_or_else(|| AccountError::internal("the approved review vanished"))
+    // What `decide_review` wrote (`now` is already at the stored precision).
+    Ok(review::Model {
+        status: ReviewStatus::Approved,
+        resolution: Some(note.to_owned()),
+        resolved_at: Some(now),
+        ledger_entry_id: Some(entry.id),
+        ..review
+    })
 }
 
 /// Writes the approval's movement (and the deposit's change) in `txn`;
-/// returns the balance after and the ledger row.
+/// returns its ledger row.
 async fn write_movement(
     state: &AccountState,
     txn: &sea_orm::DatabaseTransaction,
@@ -75,52 +81,33 @@ async fn write_movement(
     deposit: &deposit::Model,
     approval: Approval,
     note: &str,
-) -> Result<(i64, ledger_entry::Model), AccountError> {
-    let now = time::now();
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<ledger_entry::Model, AccountError> {
     if approval.deposit == DepositEffect::Credit {
         // The deposit's own credit: `dep_x:credit`, so it never happens twice.
         return store::deposits::credit(txn, deposit, approval.amount_cents, now)
             .await
             .map_err(unique_is_decided)?
+            .map(|(_, entry)| entry)
             .ok_or_else(decided_elsewhere);
     }
-    let moved = store::orders::move_money_with(
-        txn,
-        &state.args.partner_id,
-        Mode::Live,
-        approval.amount_cents,
-        approval.allow_overdraft,
-        now,
-    )
-    .await?;
-    let Some((balance_after, Some(seq))) = moved else {
-        return Err(AccountError::Refused(Refusal::Insufficient {
-            mode: Mode::Live,
-            balance_cents: state.floats.live,
-            required_cents: -approval.amount_cents,
-        }));
+    let movement = Movement {
+        kind: approval.kind,
+        amount_cents: approval.amount_cents,
+        description: format!("Review {} approved: {note}", review.id)
+            .chars()
+            .take(255)
+            .collect(),
+        allow_overdraft: approval.allow_overdraft,
     };
-    let description: String = format!("Review {} approved: {note}", review.id)
-        .chars()
-        .take(255)
-        .collect();
-    let entry = store::orders::insert_ledger(
-        txn,
-        store::orders::LedgerRow {
-            partner_id: &state.args.partner_id,
-            seq,
-            kind: approval.kind,
-            amount_cents: approval.amount_cents,
-            balance_after_cents: balance_after,
-            description,
-            order_id: None,
-            deposit_id: Some(&deposit.id),
-            movement_key: Some(format!("{}:approved", review.id)),
-            now,
-        },
-    )
-    .await
-    .map_err(unique_is_decided)?;
+    let against = AgainstDeposit {
+        deposit_id: &deposit.id,
+        movement_key: format!("{}:approved", review.id),
+    };
+    let entry = write_live_movement(txn, &state.args.partner_id, movement, Some(against), now)
+        .await
+        .map_err(unique_is_decided)?
+        .ok_or_else(|| insufficient(state, -approval.amount_cents))?;
     if approval.deposit == DepositEffect::Reverse {
         let reversed = store::deposits::transition(
             txn,
@@ -134,7 +121,7 @@ async fn write_movement(
             return Err(decided_elsewhere());
         }
     }
-    Ok((balance_after, entry))
+    Ok(entry)
 }
 
 fn conflict(message: String) -> AccountError {
