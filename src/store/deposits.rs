@@ -283,6 +283,19 @@ pub(crate) async fn raise_review<C: ConnectionTrait>(
     }
 }
 
+/// The latest decided reviews (any status but `open`), at most `limit`.
+pub(crate) async fn decided_reviews<C: ConnectionTrait>(
+    db: &C,
+    limit: u64,
+) -> Result<Vec<review::Model>, DbErr> {
+    review::Entity::find()
+        .filter(review::Column::Status.ne(ReviewStatus::Open))
+        .order_by_desc(review::Column::ResolvedAt)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
 /// How many reviews wait for an operator.
 pub(crate) async fn open_review_count<C: ConnectionTrait>(db: &C) -> Result<u64, DbErr> {
     review::Entity::find()

@@ -187,12 +187,14 @@ async fn reviews_with(
     status: StatusCode,
     banner: Option<&Banner>,
 ) -> Page {
-    let all = store::deposits::reviews(&state.db, None)
+    // Two queries, so that no number of decided reviews pushes an open one off the page.
+    let db_failed = |err| failed(operator, err);
+    let open = store::deposits::reviews(&state.db, Some(ReviewStatus::Open))
         .await
-        .map_err(|err| failed(operator, err))?;
-    let (open, decided): (Vec<_>, Vec<_>) = all
-        .into_iter()
-        .partition(|review| review.status == ReviewStatus::Open);
+        .map_err(db_failed)?;
+    let decided = store::deposits::decided_reviews(&state.db, ROWS)
+        .await
+        .map_err(db_failed)?;
     let content = sections::reviews(&operator.csrf, banner, &open, &decided);
     let body = views::layout(
         "Deposit reviews",
