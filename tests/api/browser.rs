@@ -27,7 +27,7 @@ use chromiumoxide::{
 };
 use futures::StreamExt;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{eventually, spawn_app};
 
 /// The browser to drive, or `None` to skip (only when it is not required).
 fn chromium() -> Option<PathBuf> {
@@ -136,6 +136,60 @@ async fn links(page: &Page) -> Vec<String> {
         .unwrap()
 }
 
+/// Full-page screenshots saved as PNG under the test binary's temporary folder.
+struct Screenshots(PathBuf);
+
+impl Screenshots {
+    fn in_folder(name: &str) -> Self {
+        let folder = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        Self(folder)
+    }
+
+    /// Saves what `page` shows as `<name>.png`.
+    async fn take(&self, page: &Page, name: &str) {
+        let shot = page
+            .screenshot(ScreenshotParams::builder().full_page(true).build())
+            .await
+            .unwrap();
+        std::fs::write(self.0.join(format!("{name}.png")), shot).unwrap();
+    }
+}
+
+/// A screenshot's name for `url`: its path under `origin`, `/` as `-`.
+fn shot_name(origin: &str, url: &str) -> String {
+    url.trim_start_matches(origin)
+        .trim_matches('/')
+        .replace('/', "-")
+}
+
+/// Opens `start` and every page reachable from it by links under `within`,
+/// once each (fragments aside), calling `visit` with each URL while the
+/// browser shows it; returns the URLs opened.
+async fn crawl(
+    page: &Page,
+    start: String,
+    within: &str,
+    mut visit: impl AsyncFnMut(&str),
+) -> BTreeSet<String> {
+    let mut queue = vec![start];
+    let mut seen = BTreeSet::new();
+    while let Some(url) = queue.pop() {
+        if !seen.insert(url.clone()) {
+            continue;
+        }
+        page.goto(url.as_str()).await.unwrap();
+        visit(&url).await;
+        for link in links(page).await {
+            let link = link.split('#').next().unwrap_or_default().to_owned();
+            if link.starts_with(within) {
+                queue.push(link);
+            }
+        }
+    }
+    seen
+}
+
 #[tokio::test]
 async fn every_docs_page_opens_cleanly_in_a_real_browser() {
     let Some(executable) = chromium() else {
@@ -145,46 +199,31 @@ async fn every_docs_page_opens_cleanly_in_a_real_browser() {
     let headless = Headless::launch(executable).await;
     let page = headless.browser.new_page("about:blank").await.unwrap();
     let problems = Problems::watch(&page).await;
-    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("docs-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let shots = Screenshots::in_folder("docs-screenshots");
 
     let origin = app.public.clone();
-    let mut queue = vec![format!("{origin}/docs")];
-    let mut seen = BTreeSet::new();
-    while let Some(url) = queue.pop() {
-        if !seen.insert(url.clone()) {
-            continue;
-        }
-        page.goto(url.as_str()).await.unwrap();
-        let title = page.get_title().await.unwrap().unwrap_or_default();
-        assert!(
-            title.contains("partner API v1"),
-            "{url} has the title {title:?}"
-        );
-        assert!(
-            page.find_element("nav a[href='/docs/quickstart']")
-                .await
-                .is_ok(),
-            "{url} has no navigation"
-        );
-        let found = problems.take();
-        assert!(found.is_empty(), "{url}: {found:#?}");
-        let name = url
-            .trim_start_matches(&origin)
-            .trim_matches('/')
-            .replace('/', "-");
-        let shot = page
-            .screenshot(ScreenshotParams::builder().full_page(true).build())
-            .await
-            .unwrap();
-        std::fs::write(shots.join(format!("{name}.png")), shot).unwrap();
-        for link in links(&page).await {
-            let link = link.split('#').next().unwrap_or_default().to_owned();
-            if link.starts_with(&format!("{origin}/docs")) {
-                queue.push(link);
-            }
-        }
-    }
+    let seen = crawl(
+        &page,
+        format!("{origin}/docs"),
+        &format!("{origin}/docs"),
+        async |url| {
+            let title = page.get_title().await.unwrap().unwrap_or_default();
+            assert!(
+                title.contains("partner API v1"),
+                "{url} has the title {title:?}"
+            );
+            assert!(
+                page.find_element("nav a[href='/docs/quickstart']")
+                    .await
+                    .is_ok(),
+                "{url} has no navigation"
+            );
+            let found = problems.take();
+            assert!(found.is_empty(), "{url}: {found:#?}");
+            shots.take(&page, &shot_name(&origin, url)).await;
+        },
+    )
+    .await;
     for expected in [
         "/docs/quickstart",
         "/docs/api",
@@ -233,20 +272,15 @@ async fn click_until(page: &Page, selector: &str, expected: &str) -> String {
         .click()
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        // While the next page loads, the text may not be readable yet.
-        let shown = try_text(page).await.unwrap_or_else(|why| why);
-        if shown.contains(expected) {
-            return shown;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "after clicking {selector}, {:?} never showed {expected:?}: {shown}",
-            page.url().await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // While the next page loads, its text may not be readable yet.
+    let what = format!("the page after clicking {selector} to show {expected:?}");
+    eventually(&what, Duration::from_secs(15), || async {
+        try_text(page)
+            .await
+            .ok()
+            .filter(|shown| shown.contains(expected))
+    })
+    .await
 }
 
 #[tokio::test]
@@ -261,18 +295,7 @@ async fn an_operator_signs_in_to_the_console_and_approves_a_deposit_in_a_real_br
     let headless = Headless::launch(executable).await;
     let page = headless.browser.new_page("about:blank").await.unwrap();
     let problems = Problems::watch(&page).await;
-    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let shoot = |name: String| {
-        let (page, shots) = (&page, &shots);
-        async move {
-            let shot = page
-                .screenshot(ScreenshotParams::builder().full_page(true).build())
-                .await
-                .unwrap();
-            std::fs::write(shots.join(format!("{name}.png")), shot).unwrap();
-        }
-    };
+    let shots = Screenshots::in_folder("console-screenshots");
     let origin = app.operator.clone();
 
     // Signed out, the console sends the browser to its sign-in form.
@@ -283,7 +306,7 @@ async fn an_operator_signs_in_to_the_console_and_approves_a_deposit_in_a_real_br
         page.url().await.unwrap().unwrap(),
         format!("{origin}/console/login")
     );
-    shoot("login".to_owned()).await;
+    shots.take(&page, "login").await;
     page.find_element("#token")
         .await
         .unwrap()
@@ -301,27 +324,18 @@ async fn an_operator_signs_in_to_the_console_and_approves_a_deposit_in_a_real_br
     .await;
 
     // Every page of the console opens cleanly, reached by its links.
-    let mut queue = vec![format!("{origin}/console")];
-    let mut seen = BTreeSet::new();
-    while let Some(url) = queue.pop() {
-        if !seen.insert(url.clone()) {
-            continue;
-        }
-        page.goto(url.as_str()).await.unwrap();
-        assert_eq!(page.url().await.unwrap().unwrap(), url, "still signed in");
-        let found = problems.take();
-        assert!(found.is_empty(), "{url}: {found:#?}");
-        let name = url
-            .trim_start_matches(&origin)
-            .trim_matches('/')
-            .replace('/', "-");
-        shoot(name).await;
-        for link in links(&page).await {
-            if link.starts_with(&format!("{origin}/console")) {
-                queue.push(link);
-            }
-        }
-    }
+    let seen = crawl(
+        &page,
+        format!("{origin}/console"),
+        &format!("{origin}/console"),
+        async |url| {
+            assert_eq!(page.url().await.unwrap().unwrap(), url, "still signed in");
+            let found = problems.take();
+            assert!(found.is_empty(), "{url}: {found:#?}");
+            shots.take(&page, &shot_name(&origin, url)).await;
+        },
+    )
+    .await;
     assert_eq!(
         seen.len(),
         5,
@@ -331,13 +345,13 @@ async fn an_operator_signs_in_to_the_console_and_approves_a_deposit_in_a_real_br
         .await
         .unwrap();
     assert!(text(&page).await.contains("$200.00"), "the float before");
-    shoot("partners-before".to_owned()).await;
+    shots.take(&page, "partners-before").await;
 
     // The review: a note, then the approve button.
     page.goto(format!("{origin}/console/reviews").as_str())
         .await
         .unwrap();
-    shoot("reviews-open".to_owned()).await;
+    shots.take(&page, "reviews-open").await;
     let form = format!("#decide-{review_id}");
     page.find_element(format!("{form} input[name=note]"))
         .await
@@ -354,7 +368,7 @@ async fn an_operator_signs_in_to_the_console_and_approves_a_deposit_in_a_real_br
         &format!("Review {review_id} is approved"),
     )
     .await;
-    shoot("reviews-approved".to_owned()).await;
+    shots.take(&page, "reviews-approved").await;
 
     // The balance changed, on the console and for the partner.
     page.goto(format!("{origin}/console/partners").as_str())
@@ -365,7 +379,7 @@ async fn an_operator_signs_in_to_the_console_and_approves_a_deposit_in_a_real_br
         shown.contains("$500.00") && shown.contains(&partner_id),
         "{shown}"
     );
-    shoot("partners-after".to_owned()).await;
+    shots.take(&page, "partners-after").await;
     assert_eq!(crate::helpers::balance(&app, &secret).await, 50_000);
     let found = problems.take();
     assert!(found.is_empty(), "{found:#?}");
