@@ -14,7 +14,8 @@
 //!
 //! A change that breaks one of these on purpose updates the published copy in
 //! the same commit and says so in `docs/changelog.md`, whose newest entry must
-//! name the published copy's `info.version`.
+//! name the published copy's revision date (`info.x-revision`; `info.version`
+//! stays `v1`, as the spec fixes it).
 
 use std::collections::BTreeSet;
 
@@ -322,24 +323,41 @@ fn the_contract_keeps_everything_the_published_copy_promised() {
     assert!(
         breaks.is_empty(),
         "openapi.json breaks the published contract (docs/openapi-published.json):\n  {}\n\
-         If this is on purpose, copy openapi.json over docs/openapi-published.json, bump \
-         info.version, and add an entry for it to docs/changelog.md.",
+         If this is on purpose, copy openapi.json over docs/openapi-published.json, date \
+         the revision (REVISION in src/http/openapi/mod.rs), and add an entry for it to \
+         docs/changelog.md.",
         breaks.join("\n  ")
     );
 }
 
 #[test]
-fn the_changelog_names_the_published_version() {
+fn the_changelog_names_the_published_revision() {
     let published = read_json(PUBLISHED);
-    let version = published["info"]["version"].as_str().unwrap();
+    let revision = published["info"]["x-revision"]
+        .as_str()
+        .expect("the published copy has no info.x-revision");
     let changelog = std::fs::read_to_string(CHANGELOG).unwrap();
     let newest = changelog
         .lines()
         .find(|line| line.starts_with("## "))
         .expect("docs/changelog.md has no `## ` entry");
     assert!(
-        newest.contains(version),
-        "the newest changelog entry ({newest}) does not name the published version {version}"
+        newest.contains(revision),
+        "the newest changelog entry ({newest}) does not name the published revision {revision}"
+    );
+}
+
+/// Versioning, rule 1: "the description version is `v1`", in the served
+/// document and in the published copy alike; revisions are dated apart.
+#[test]
+fn the_description_version_is_v1() {
+    let current = esim_reseller::http::openapi::to_value();
+    let published = read_json(PUBLISHED);
+    assert_eq!(current["info"]["version"], "v1");
+    assert_eq!(published["info"]["version"], "v1");
+    assert_eq!(
+        current["info"]["x-revision"],
+        esim_reseller::http::openapi::REVISION
     );
 }
 

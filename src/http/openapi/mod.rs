@@ -33,6 +33,11 @@ use crate::domain::states::{
     AccountStatus, DepositStatus, EsimStatus, FailureCode, LedgerKind, Mode, OrderStatus,
 };
 
+/// The revision of `v1` this document describes: the date of the newest
+/// entry in `docs/changelog.md`. The spec fixes `info.version` at `v1`
+/// (Versioning, rule 1), so revisions are dated in `info.x-revision` instead.
+pub const REVISION: &str = "2026-11-25";
+
 /// Name of the bearer security scheme in the document.
 const BEARER: &str = "bearer";
 /// Name of the error body schema.
@@ -48,7 +53,7 @@ const ERROR_TYPE_SCHEMA: &str = "ErrorType";
 #[openapi(
     info(
         title = "esim-reseller partner API",
-        version = "1.1.0",
+        version = "v1",
         description = "Server-to-server JSON API for buying eSIM data plans from a prepaid USD float. \
 Amounts are integer cents. Every error has the same body; branch on `error.code`.",
     ),
@@ -101,6 +106,9 @@ pub fn document() -> Document {
 /// header object lacks).
 pub fn to_value() -> Value {
     let mut doc = serde_json::to_value(document()).unwrap_or(Value::Null);
+    if let Some(info) = doc.get_mut("info").and_then(Value::as_object_mut) {
+        info.insert("x-revision".to_owned(), Value::from(REVISION));
+    }
     mark_required_headers(&mut doc);
     shape::apply(&mut doc);
     examples::apply(&mut doc);
