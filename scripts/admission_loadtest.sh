@@ -10,15 +10,21 @@
 #   scripts/admission_loadtest.sh target/debug/esim-reseller [DATABASE_URL]
 #
 # Without DATABASE_URL a fresh SQLite file in a temporary folder is used.
+# ROUTE=esim_access,airalo adds the simulated Airalo at 8 requests/s (Airalo
+# documents no production limit; this is the service's own gate for it):
+# then both suppliers must have placed units, and admission's capacity is
+# the sum of both.
 set -euo pipefail
 
 bin="${1:?usage: scripts/admission_loadtest.sh <path to esim-reseller> [database url]}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/esim-admission.XXXXXX")"
 database_url="${2:-sqlite://$work/admission.db?mode=rwc}"
 duration="${DURATION:-30}"
+route="${ROUTE:-esim_access}"
 public=127.0.0.1:18780 operator=127.0.0.1:18781
 
-ESIM__DATABASE__URL="$database_url" \
+ESIM__DATABASE__URL="$database_url" ESIM__SUPPLIERS__ROUTE="$route" \
+ESIM__SIMULATORS__AIRALO_RATE_LIMIT_PER_MINUTE=480 \
 ESIM__HTTP__PUBLIC_ADDR=$public ESIM__HTTP__OPERATOR_ADDR=$operator \
 ESIM__SIMULATORS__ADDR=127.0.0.1:18790 ESIM__LOG__LEVEL=warn \
 ESIM__RATE_LIMIT__BANDS__GOLD__WRITE__LIMIT=100000000 ESIM__RATE_LIMIT__BANDS__GOLD__READ__LIMIT=100000000 \
@@ -36,9 +42,23 @@ done
 status=0
 "$bin" loadtest --public-url "http://$public" --operator-url "http://$operator" \
   --partners 100 --duration "$duration" --concurrency 64 --admission || status=$?
-curl -sf "http://$operator/operator/v1/admission" -H "Authorization: Bearer dev-operator-token-change-me" \
-  | head -c 400 || true
+auth="Authorization: Bearer dev-operator-token-change-me"
+curl -sf "http://$operator/operator/v1/admission" -H "$auth" | head -c 400 || true
 echo
+curl -sf "http://$operator/operator/v1/suppliers" -H "$auth" > "$work/suppliers.json" || true
+if [ "$status" -eq 0 ] && [ "$route" != "${route#*,}" ]; then
+  # Every supplier of the route carried a fair part of the burst.
+  python3 - "$work/suppliers.json" <<'PY' || status=1
+import json, sys
+view = json.load(open(sys.argv[1]))
+placed = {s["name"]: s["units_placed"] for s in view["data"] if s["in_route"]}
+total = sum(placed.values())
+print("units placed per supplier:", placed)
+low = [name for name, units in placed.items() if units < total / (3 * len(placed))]
+if total == 0 or low:
+    sys.exit(f"a supplier of the route carried too little of the burst: {placed}")
+PY
+fi
 stop
 trap - EXIT
 if [ "$status" -ne 0 ]; then

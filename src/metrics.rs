@@ -43,11 +43,17 @@ pub(crate) const ORDERS_ACCEPTED: &str = "esim_orders_accepted_total";
 pub(crate) const ORDERS_SETTLED: &str = "esim_orders_settled_total";
 /// Seconds from an order's acceptance to its settlement: `mode`, `status`.
 pub(crate) const PROVISIONING_DURATION: &str = "esim_provisioning_duration_seconds";
-/// Calls to the live supplier: `operation`, `outcome`.
+/// Calls to a live supplier: `supplier`, `operation`, `outcome`.
 pub(crate) const SUPPLIER_CALLS: &str = "esim_supplier_calls_total";
 pub(crate) const SUPPLIER_SLOW_DOWNS: &str = "esim_supplier_slow_downs_total";
 pub(crate) const SUPPLIER_ORDER_UNITS: &str = "esim_supplier_order_units";
-/// Seconds per supplier call: `operation`, `outcome`.
+/// Times a supplier's breaker took it out of the route: `supplier`.
+pub(crate) const SUPPLIER_BREAKER_OPENS: &str = "esim_supplier_breaker_opens_total";
+/// Units moved from one supplier to the next: `from`, `to`, `reason`.
+pub(crate) const SUPPLIER_FAILOVERS: &str = "esim_supplier_failover_units_total";
+/// Whether a supplier takes work now (1) or is out of the route (0): `supplier`.
+pub(crate) const SUPPLIER_UP: &str = "esim_supplier_up";
+/// Seconds per supplier call: `supplier`, `operation`, `outcome`.
 pub(crate) const SUPPLIER_CALL_DURATION: &str = "esim_supplier_call_duration_seconds";
 /// Deposit status changes: `from`, `to`.
 pub(crate) const DEPOSIT_TRANSITIONS: &str = "esim_deposit_transitions_total";
@@ -182,11 +188,23 @@ fn describe_requests() {
 fn describe_outside() {
     describe_counter!(
         SUPPLIER_CALLS,
-        "Calls to the live eSIM supplier, by operation and outcome."
+        "Calls to the live eSIM suppliers, by supplier, operation and outcome."
     );
     describe_counter!(
         SUPPLIER_SLOW_DOWNS,
         "Answers of the supplier that said to slow down (rate limit); every call of the node paused."
+    );
+    describe_counter!(
+        SUPPLIER_BREAKER_OPENS,
+        "Times a supplier was taken out of the route after failures in a row (circuit breaker)."
+    );
+    describe_counter!(
+        SUPPLIER_FAILOVERS,
+        "Units moved from one supplier to the next one of the route, by reason."
+    );
+    describe_gauge!(
+        SUPPLIER_UP,
+        "Whether a supplier takes new work now (1) or is out of the route (0)."
     );
     describe_histogram!(
         SUPPLIER_ORDER_UNITS,
@@ -195,7 +213,7 @@ fn describe_outside() {
     describe_histogram!(
         SUPPLIER_CALL_DURATION,
         metrics::Unit::Seconds,
-        "Duration of calls to the live eSIM supplier."
+        "Duration of calls to the live eSIM suppliers, by supplier."
     );
     describe_counter!(
         DEPOSIT_TRANSITIONS,
@@ -360,9 +378,18 @@ pub(crate) fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     micros as f64 / 1_000_000.0
 }
 
-/// One call to the live supplier.
-pub(crate) fn supplier_call(operation: &'static str, outcome: &'static str, took: Duration) {
-    let labels = [("operation", operation), ("outcome", outcome)];
+/// One call to a live supplier.
+pub(crate) fn supplier_call(
+    supplier: &'static str,
+    operation: &'static str,
+    outcome: &'static str,
+    took: Duration,
+) {
+    let labels = [
+        ("supplier", supplier),
+        ("operation", operation),
+        ("outcome", outcome),
+    ];
     counter!(SUPPLIER_CALLS, &labels).increment(1);
     histogram!(SUPPLIER_CALL_DURATION, &labels).record(took.as_secs_f64());
 }
@@ -378,6 +405,27 @@ pub(crate) fn admission_view(capacity: f64, room: u64, backlog: u64, active_part
     gauge!(ADMISSION_ROOM).set(room as f64);
     gauge!(ADMISSION_BACKLOG).set(backlog as f64);
     gauge!(ADMISSION_ACTIVE_PARTNERS).set(active_partners as f64);
+}
+
+/// A supplier's breaker opened.
+pub(crate) fn supplier_breaker_opened(supplier: &'static str) {
+    counter!(SUPPLIER_BREAKER_OPENS, "supplier" => supplier).increment(1);
+}
+
+/// Units moved from one supplier to the next.
+pub(crate) fn supplier_failover(
+    from: &'static str,
+    to: &'static str,
+    reason: &'static str,
+    units: usize,
+) {
+    counter!(SUPPLIER_FAILOVERS, "from" => from, "to" => to, "reason" => reason)
+        .increment(units as u64);
+}
+
+/// Whether a supplier takes work now.
+pub(crate) fn supplier_up(supplier: &'static str, up: bool) {
+    gauge!(SUPPLIER_UP, "supplier" => supplier).set(if up { 1.0 } else { 0.0 });
 }
 
 /// The supplier asked us to slow down.

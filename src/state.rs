@@ -69,7 +69,9 @@ pub struct Shared {
     /// The failed-authentication budget per source address.
     pub failed_auth: Window,
     /// The plan catalogue, in memory.
-    pub catalogue: Catalogue,
+    pub catalogue: Arc<Catalogue>,
+    /// What Airalo signs its webhooks with (the account's client secret).
+    pub airalo_webhook_secret: secrecy::SecretString,
     /// Signs and verifies pagination cursors.
     pub cursors: CursorCodec,
     /// The account actors.
@@ -99,7 +101,8 @@ pub struct Shared {
 /// The supplier of each mode.
 #[derive(Clone)]
 pub struct Suppliers {
-    pub live: Arc<dyn Supplier>,
+    /// The live suppliers, their route and breakers.
+    pub live: Arc<crate::supplier::set::SupplierSet>,
     pub sandbox: Arc<dyn Supplier>,
 }
 

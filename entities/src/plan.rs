@@ -38,6 +38,10 @@ pub struct Model {
     pub sandbox_only: bool,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// The package of every supplier that sells the plan, by supplier
+    /// (`{"esim_access": "...", "airalo": "..."}`); null means eSIM Access
+    /// alone, under the plan's own id.
+    pub supplier_packages: Option<Json>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -12,7 +12,7 @@ pub struct Model {
     pub id: String,
     /// `live` or `sandbox`: which supplier it went to.
     pub mode: Mode,
-    /// The supplier's package code (our plan id).
+    /// The supplier's package code (for eSIM Access, our plan id).
     pub package_code: String,
     /// Profiles bought.
     pub unit_count: i32,
@@ -27,6 +27,18 @@ pub struct Model {
     pub node_id: String,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// Which supplier it went to: `esim_access` or `airalo`.
+    pub supplier: String,
+    /// The plan whose units it carries (null on rows written before there
+    /// was more than one supplier).
+    pub plan_id: Option<String>,
+    /// The supplier order that took its units over when this one would
+    /// certainly not deliver them (failover); set only on `failed` rows.
+    pub successor_id: Option<String>,
+    /// What the supplier charged per profile, in US cents, when it said.
+    pub unit_cost_cents: Option<i64>,
+    /// Placement calls sent, counted before each call.
+    pub calls_sent: i32,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

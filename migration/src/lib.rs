@@ -12,6 +12,7 @@ mod m20261122_000005_order_claims;
 mod m20261125_000006_supplier_orders;
 mod m20261125_000007_nodes;
 mod m20261125_000008_review_amounts;
+mod m20261125_000009_suppliers;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000006_supplier_orders::Migration),
             Box::new(m20261125_000007_nodes::Migration),
             Box::new(m20261125_000008_review_amounts::Migration),
+            Box::new(m20261125_000009_suppliers::Migration),
         ]
     }
 }

@@ -1,10 +1,10 @@
 //! The node's view of what the supplier can take, for the account actors'
 //! admission decisions ([`crate::domain::admission`]).
 //!
-//! - **Capacity** comes from the supplier's limit (`supplier.requests_per_second`)
-//!   times the units one call moves, learnt from the live supplier's
-//!   [`Tally`] each second the supplier was busy, halved for ten seconds
-//!   after it said "slow down".
+//! - **Capacity** is the sum over the suppliers of the route: each one's
+//!   limit (`supplier.requests_per_second`, `airalo.requests_per_second`)
+//!   times the units one of its calls moves, learnt from its [`Tally`] each
+//!   second it was busy, halved for ten seconds after it said "slow down".
 //! - **Backlog** comes from the database every `admission.refresh_ms`: live
 //!   units of orders still processing, per partner, on every node, so the
 //!   whole fleet shares one room. Units admitted on this node since the last
@@ -39,35 +39,67 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 /// learnt from it: long enough for several calls at any documented limit.
 const LEARN_EVERY: Duration = Duration::from_secs(5);
 
-/// What admission needs to know about the supplier.
-pub struct AdmissionArgs {
+/// What admission needs to know about one supplier of the route.
+pub struct LaneArgs {
+    /// The supplier's name.
+    pub name: &'static str,
     /// Calls per second the supplier accepts (0: no limit, admission off).
     pub calls_per_second: u32,
-    /// Most units in one supplier order.
+    /// Most units in one of its supplier orders.
     pub batch_size: usize,
+    /// Its running count of calls and placed units.
+    pub tally: Arc<Tally>,
+    /// Its gate (its "slow down" answers).
+    pub gate: Arc<RateGate>,
+}
+
+/// What admission needs to know about the suppliers.
+pub struct AdmissionArgs {
+    /// Every supplier of the route.
+    pub lanes: Vec<LaneArgs>,
     /// Seconds of supplier work the backlog may hold.
     pub horizon_seconds: u32,
-    /// The live supplier's running count of calls and placed units.
-    pub tally: Arc<Tally>,
-    /// The live supplier's gate (its "slow down" answers).
-    pub gate: Arc<RateGate>,
 }
 
 /// The node's admission view.
 pub struct Admission {
-    args: AdmissionArgs,
-    /// Highest units per call the estimate may reach: a supplier order
-    /// carries at most `batch_size` units and takes at least two calls.
-    ceiling: f64,
+    lanes: Vec<LaneArgs>,
+    horizon_seconds: u32,
     state: Mutex<State>,
 }
 
-struct State {
+/// What is learnt of one supplier.
+struct Learnt {
     units_per_call: UnitsPerCall,
     /// The tally when the current learning window began, and when.
     learnt_at: (Instant, (u64, u64)),
     last_slow_downs: u64,
     slowed_until: Option<Instant>,
+}
+
+impl Learnt {
+    fn units_per_second(&self, lane: &LaneArgs) -> f64 {
+        let slowed = self
+            .slowed_until
+            .is_some_and(|until| until > Instant::now());
+        Capacity {
+            calls_per_second: f64::from(lane.calls_per_second),
+            units_per_call: self.units_per_call.get(),
+            slowdown_factor: if slowed { 0.5 } else { 1.0 },
+        }
+        .units_per_second()
+    }
+}
+
+/// Highest units per call the estimate may reach: a supplier order carries
+/// at most `batch_size` units and takes at least two calls.
+fn ceiling(lane: &LaneArgs) -> f64 {
+    (lane.batch_size.max(1) as f64 / 2.0).max(1.0)
+}
+
+struct State {
+    /// One per lane, in the same order.
+    learnt: Vec<Learnt>,
     /// When each partner last asked for live units: partners asking within
     /// the horizon share the room even while they hold nothing (refused).
     asked: HashMap<String, Instant>,
@@ -120,12 +152,18 @@ impl Admission {
     /// A view with a conservative start: one unit per call until the busy
     /// supplier shows more.
     pub fn new(args: AdmissionArgs) -> Self {
-        let ceiling = (args.batch_size.max(1) as f64 / 2.0).max(1.0);
+        let learnt = args
+            .lanes
+            .iter()
+            .map(|lane| Learnt {
+                units_per_call: UnitsPerCall::new(1.0),
+                learnt_at: (Instant::now(), lane.tally.read()),
+                last_slow_downs: lane.gate.slow_downs(),
+                slowed_until: None,
+            })
+            .collect();
         let state = State {
-            units_per_call: UnitsPerCall::new(1.0),
-            learnt_at: (Instant::now(), args.tally.read()),
-            last_slow_downs: args.gate.slow_downs(),
-            slowed_until: None,
+            learnt,
             asked: HashMap::new(),
             read: HashMap::new(),
             reading: HashMap::new(),
@@ -134,15 +172,15 @@ impl Admission {
             logged: HashMap::new(),
         };
         Self {
-            args,
-            ceiling,
+            lanes: args.lanes,
+            horizon_seconds: args.horizon_seconds,
             state: Mutex::new(state),
         }
     }
 
-    /// Whether admission limits anything (the supplier has a limit).
+    /// Whether admission limits anything (every supplier has a limit).
     pub fn is_on(&self) -> bool {
-        self.args.calls_per_second > 0
+        !self.lanes.is_empty() && self.lanes.iter().all(|lane| lane.calls_per_second > 0)
     }
 
     /// What one partner may be admitted now.
@@ -157,7 +195,7 @@ impl Admission {
             partner_units: state.partner_units(partner_id),
             active_partners: state.active_partners(self.horizon()),
         };
-        admission::allowance(&self.capacity(&state), self.args.horizon_seconds, backlog)
+        admission::allowance(&self.capacity(&state), self.horizon_seconds, backlog)
     }
 
     /// A batch of `partner_id` committed `units` live units.
@@ -225,7 +263,7 @@ impl Admission {
         let state = self.lock();
         let capacity = self.capacity(&state);
         let per_second = capacity.units_per_second();
-        let room = capacity.room_units(self.args.horizon_seconds);
+        let room = capacity.room_units(self.horizon_seconds);
         let active = state.active_partners(self.horizon());
         let mut partners: HashMap<&str, u64> = HashMap::new();
         for map in [&state.read, &state.reading, &state.since] {
@@ -244,13 +282,26 @@ impl Admission {
             })
             .collect();
         partners.sort_by_key(|p| std::cmp::Reverse(p.backlog_units));
+        let suppliers: Vec<LaneView> = self
+            .lanes
+            .iter()
+            .zip(&state.learnt)
+            .map(|(lane, learnt)| LaneView {
+                name: lane.name,
+                calls_per_second: lane.calls_per_second,
+                units_per_call: learnt.units_per_call.get(),
+                slowed_down: learnt.slowed_until.is_some_and(|u| u > Instant::now()),
+                capacity_units_per_second: learnt.units_per_second(lane),
+            })
+            .collect();
         AdmissionView {
             enabled: self.is_on(),
-            supplier_calls_per_second: self.args.calls_per_second,
+            supplier_calls_per_second: capacity.calls_per_second.round() as u32,
             units_per_call: capacity.units_per_call,
-            slowed_down: capacity.slowdown_factor < 1.0,
+            slowed_down: suppliers.iter().any(|s| s.slowed_down),
+            suppliers,
             capacity_units_per_second: per_second,
-            horizon_seconds: self.args.horizon_seconds,
+            horizon_seconds: self.horizon_seconds,
             room_units: room,
             backlog_units: state.total_units(),
             active_partners: active,
@@ -263,46 +314,42 @@ impl Admission {
         }
     }
 
+    /// The suppliers' capacities added up, as one: their calls per second
+    /// together, and the units a call moves on average over them.
     fn capacity(&self, state: &State) -> Capacity {
-        let slowed = state
-            .slowed_until
-            .is_some_and(|until| until > Instant::now());
+        let calls: f64 = self
+            .lanes
+            .iter()
+            .map(|l| f64::from(l.calls_per_second))
+            .sum();
+        let units: f64 = self
+            .lanes
+            .iter()
+            .zip(&state.learnt)
+            .map(|(lane, learnt)| learnt.units_per_second(lane))
+            .sum();
         Capacity {
-            calls_per_second: f64::from(self.args.calls_per_second),
-            units_per_call: state.units_per_call.get(),
-            slowdown_factor: if slowed { 0.5 } else { 1.0 },
+            calls_per_second: calls,
+            units_per_call: if calls > 0.0 { units / calls } else { 0.0 },
+            slowdown_factor: 1.0,
         }
     }
 
-    /// Notes a "slow down" answer, and learns units per call once a
-    /// learning window is over.
+    /// Notes "slow down" answers, and learns each supplier's units per call
+    /// once its learning window is over.
     fn learn(&self) {
         let now = Instant::now();
-        let slow_downs = self.args.gate.slow_downs();
         let mut state = self.lock();
-        if slow_downs > state.last_slow_downs {
-            state.slowed_until = Some(now + SLOWDOWN_MEMORY);
+        for (lane, learnt) in self.lanes.iter().zip(state.learnt.iter_mut()) {
+            learn_lane(lane, learnt, now);
         }
-        state.last_slow_downs = slow_downs;
-        let (began, at_start) = state.learnt_at;
-        let elapsed = now.duration_since(began);
-        if elapsed < LEARN_EVERY {
-            return;
-        }
-        let tally = self.args.tally.read();
-        let calls = tally.0.saturating_sub(at_start.0);
-        let units = tally.1.saturating_sub(at_start.1);
-        let limit = (f64::from(self.args.calls_per_second) * elapsed.as_secs_f64()).floor() as u64;
-        let ceiling = self.ceiling;
-        state.units_per_call.observe(calls, units, limit, ceiling);
-        state.learnt_at = (now, tally);
         // Askers gone quiet for a horizon no longer hold a share.
         let horizon = self.horizon();
         state.asked.retain(|_, at| at.elapsed() < horizon);
     }
 
     fn horizon(&self) -> Duration {
-        Duration::from_secs(u64::from(self.args.horizon_seconds))
+        Duration::from_secs(u64::from(self.horizon_seconds))
     }
 
     fn publish(&self) {
@@ -310,7 +357,7 @@ impl Admission {
         let capacity = self.capacity(&state);
         crate::metrics::admission_view(
             capacity.units_per_second(),
-            capacity.room_units(self.args.horizon_seconds),
+            capacity.room_units(self.horizon_seconds),
             state.total_units(),
             state.active_partners(self.horizon()),
         );
@@ -320,6 +367,29 @@ impl Admission {
         // Nothing panics while the lock is held; recover the state if it ever was.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Notes one supplier's "slow down" answers and, once its learning window
+/// is over, learns how many units one of its calls moves.
+fn learn_lane(lane: &LaneArgs, learnt: &mut Learnt, now: Instant) {
+    let slow_downs = lane.gate.slow_downs();
+    if slow_downs > learnt.last_slow_downs {
+        learnt.slowed_until = Some(now + SLOWDOWN_MEMORY);
+    }
+    learnt.last_slow_downs = slow_downs;
+    let (began, at_start) = learnt.learnt_at;
+    let elapsed = now.duration_since(began);
+    if elapsed < LEARN_EVERY {
+        return;
+    }
+    let tally = lane.tally.read();
+    let calls = tally.0.saturating_sub(at_start.0);
+    let units = tally.1.saturating_sub(at_start.1);
+    let limit = (f64::from(lane.calls_per_second) * elapsed.as_secs_f64()).floor() as u64;
+    learnt
+        .units_per_call
+        .observe(calls, units, limit, ceiling(lane));
+    learnt.learnt_at = (now, tally);
 }
 
 /// Refreshes the view every `every` until `stop`.
@@ -339,10 +409,12 @@ pub struct AdmissionView {
     pub enabled: bool,
     /// The supplier's documented limit.
     pub supplier_calls_per_second: u32,
-    /// Units one call moves, as learnt.
+    /// Units one call moves, as learnt (averaged over the suppliers).
     pub units_per_call: f64,
-    /// Whether a recent "slow down" answer halves the capacity.
+    /// Whether a recent "slow down" answer halves a supplier's capacity.
     pub slowed_down: bool,
+    /// Each supplier of the route: what it adds to the capacity.
+    pub suppliers: Vec<LaneView>,
     /// Units per second the supplier can deliver.
     pub capacity_units_per_second: f64,
     /// Seconds of supplier work the backlog may hold.
@@ -359,6 +431,21 @@ pub struct AdmissionView {
     pub partners: Vec<PartnerShare>,
 }
 
+/// One supplier's part of the capacity.
+#[derive(Debug, Serialize)]
+pub struct LaneView {
+    /// The supplier.
+    pub name: &'static str,
+    /// Its documented limit.
+    pub calls_per_second: u32,
+    /// Units one of its calls moves, as learnt.
+    pub units_per_call: f64,
+    /// Whether a recent "slow down" answer halves its capacity.
+    pub slowed_down: bool,
+    /// Units per second it can deliver.
+    pub capacity_units_per_second: f64,
+}
+
 /// One partner's place in the backlog.
 #[derive(Debug, Serialize)]
 pub struct PartnerShare {
@@ -372,16 +459,53 @@ pub struct PartnerShare {
 mod tests {
     use super::*;
 
-    fn admission(calls_per_second: u32) -> (Admission, Arc<RateGate>) {
-        let gate = Arc::new(RateGate::new(calls_per_second, None));
-        let admission = Admission::new(AdmissionArgs {
+    fn lane(name: &'static str, calls_per_second: u32) -> (LaneArgs, Arc<RateGate>) {
+        let gate = Arc::new(RateGate::new(calls_per_second, None, name));
+        let lane = LaneArgs {
+            name,
             calls_per_second,
             batch_size: 30,
-            horizon_seconds: 40,
             tally: Arc::default(),
             gate: gate.clone(),
+        };
+        (lane, gate)
+    }
+
+    fn admission(calls_per_second: u32) -> (Admission, Arc<RateGate>) {
+        let (lane, gate) = lane("esim_access", calls_per_second);
+        let admission = Admission::new(AdmissionArgs {
+            lanes: vec![lane],
+            horizon_seconds: 40,
         });
         (admission, gate)
+    }
+
+    #[test]
+    fn two_suppliers_add_their_capacities_up() {
+        let (first, _) = lane("esim_access", 8);
+        let (second, slowed) = lane("airalo", 4);
+        let admission = Admission::new(AdmissionArgs {
+            lanes: vec![first, second],
+            horizon_seconds: 40,
+        });
+        // (8 + 4) calls/s × 1 unit per call × 40 s.
+        assert_eq!(admission.view().room_units, 480);
+        assert_eq!(admission.view().suppliers.len(), 2);
+        slowed.slow_down(Duration::from_millis(1));
+        admission.learn();
+        // Only the second one halves: (8 + 2) × 40.
+        assert_eq!(admission.view().room_units, 400);
+    }
+
+    #[test]
+    fn one_supplier_without_a_limit_turns_admission_off() {
+        let (first, _) = lane("esim_access", 8);
+        let (second, _) = lane("airalo", 0);
+        let admission = Admission::new(AdmissionArgs {
+            lanes: vec![first, second],
+            horizon_seconds: 40,
+        });
+        assert!(!admission.is_on());
     }
 
     #[test]

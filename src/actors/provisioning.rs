@@ -490,7 +490,7 @@ async fn deal(
                 outcomes.push(store_profile(args, order, &unit, profile.clone()).await)
             }
             None => {
-                tracing::warn!(unit_id = %unit.id, transaction_id = %txn, "the supplier delivered fewer profiles than units");
+                tracing::warn!(unit_id = %unit.id, transaction_id = %txn, supplier = %delivered.supplier, "the supplier delivered fewer profiles than units");
                 outcomes.push(UnitOutcome::Refund(unit.id, FailureCode::SupplierError));
             }
         }

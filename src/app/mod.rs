@@ -7,19 +7,19 @@
 //!   a shutdown signal, then drains in-flight requests and actors, records
 //!   the node's stop and closes the pool.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::net::SocketAddr;
 
 use ractor::ActorRef;
 use tokio::net::TcpListener;
 
 use crate::{
     actors::services::ServicesMsg,
-    simulators::{payments::PaymentsSim, supplier::SupplierSim},
     state::AppState,
     store::{self, Db},
 };
 
 mod running;
+mod supply;
 mod wiring;
 
 pub use running::shutdown_signal;
@@ -37,8 +37,8 @@ pub struct Application {
     heartbeat: running::Heartbeat,
     /// Provisioning passes under way, waited for (bounded) at shutdown.
     provisioning_tasks: tokio_util::task::TaskTracker,
-    supplier_sim: Arc<SupplierSim>,
-    payments_sim: Arc<PaymentsSim>,
+    /// The stand-ins, when they run.
+    sims: crate::simulators::Simulators,
     services: Option<ActorRef<ServicesMsg>>,
     /// This node's ear on key and account changes made on other nodes
     /// (PostgreSQL); listening starts before the first request is accepted.

@@ -21,7 +21,7 @@ use crate::{
     docs,
     http::{
         self,
-        envelope::{EnvelopeContext, envelope},
+        envelope::{EnvelopeContext, FinalBody, envelope},
         error::{ApiError, ErrorCode},
         server::serve,
     },
@@ -91,8 +91,10 @@ impl Application {
             self.tuning.connection_limits,
             stop.clone(),
         );
+        // The stand-ins answer errors in their own services' shapes: the
+        // envelope leaves their bodies alone.
         let simulator_routes =
-            simulators::routes(self.supplier_sim.clone(), self.payments_sim.clone());
+            simulators::routes(&self.sims).layer(middleware::map_response(as_final_body));
         let simulators = async {
             match bound.simulators {
                 Some(listener) => {
@@ -264,6 +266,12 @@ async fn refresh_catalogue(state: AppState, every: Duration, stop: CancellationT
 
 /// Adds what every listener shares: the unknown-path fallback, panic
 /// catching, the body limit, and (outermost) the error envelope.
+/// Marks a response's body as final, so the envelope does not replace it.
+async fn as_final_body(mut response: axum::response::Response) -> axum::response::Response {
+    response.extensions_mut().insert(FinalBody);
+    response
+}
+
 fn finish(router: Router, ctx: &EnvelopeContext, body_limit: usize) -> Router {
     router
         .fallback(|| async { ApiError::new(ErrorCode::NotFound).with_message("No such path.") })

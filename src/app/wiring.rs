@@ -13,11 +13,14 @@ use ractor::{Actor, ActorRef};
 use secrecy::ExposeSecret;
 use tokio::net::TcpListener;
 
-use super::{Application, Bound, running::Heartbeat};
+use super::{
+    Application, Bound,
+    running::Heartbeat,
+    supply::{Supply, build_payment_provider, simulators},
+};
 use crate::{
     actors::{
         accounts::Accounts,
-        admission::{Admission, AdmissionArgs},
         deliveries::DeliveryWriter,
         provisioning::{ProvisioningArgs, ProvisioningHandle},
         reconciler::ReconcilerArgs,
@@ -27,24 +30,13 @@ use crate::{
     },
     auth::KeyDirectory,
     catalogue::{self, Catalogue},
-    config::{CommitMode, RateLimitBackend, SANDBOX_BAND, Settings},
+    config::{CommitMode, SANDBOX_BAND, Settings},
     deposits::Deposits,
     domain::{cursor::CursorCodec, rate::Window, time},
     http::server::ConnectionLimits,
     limits::Limiter,
-    payments::{PaymentProvider, btcpay::BtcPayClient},
-    simulators::{
-        payments::PaymentsSim,
-        supplier::{Faults, SupplierSim},
-    },
-    state::{AppState, Shared, Suppliers},
+    state::{AppState, Shared},
     store::{self, Db, changes::Subscription},
-    supplier::{
-        esim_access::EsimAccessClient,
-        gate::RateGate,
-        metered::{Metered, Tally},
-        sandbox::SandboxSupplier,
-    },
 };
 
 impl Application {
@@ -53,11 +45,13 @@ impl Application {
         refuse_development_secrets(&settings)?;
         crate::metrics::install();
         let (db, changes) = open_database(&settings).await?;
-        let catalogue = Catalogue::load(
-            db.clone(),
-            Duration::from_secs(settings.catalogue.destinations_cache_seconds),
-        )
-        .await?;
+        let catalogue = Arc::new(
+            Catalogue::load(
+                db.clone(),
+                Duration::from_secs(settings.catalogue.destinations_cache_seconds),
+            )
+            .await?,
+        );
         let listeners = Listeners::bind(&settings).await?;
         let node_id = node_identity(&settings.node.id, settings.http.public_addr.port());
         let heartbeat = Heartbeat {
@@ -67,10 +61,17 @@ impl Application {
         // Alive before the first order is claimed in its name.
         store::nodes::beat(&db, &node_id, heartbeat.started_at, heartbeat.started_at).await?;
         tracing::info!(node_id = %node_id, "node starting");
-        let (supplier_sim, payments_sim) = simulators(&settings, listeners.public_addr);
+        let sims = simulators(&settings, listeners.public_addr);
         let supply = Supply::start(&settings, listeners.simulators_addr).await?;
-        let actors =
-            Actors::start(&settings, &db, &node_id, &supply, listeners.simulators_addr).await?;
+        let actors = Actors::start(
+            &settings,
+            &db,
+            &node_id,
+            &supply,
+            &catalogue,
+            listeners.simulators_addr,
+        )
+        .await?;
         let tuning = Tuning::of(&settings);
         let state = shared_state(
             settings, db, node_id, catalogue, supply, &actors, &listeners,
@@ -89,8 +90,7 @@ impl Application {
             }),
             provisioning_tasks: actors.provisioning_tasks,
             heartbeat,
-            supplier_sim,
-            payments_sim,
+            sims,
             services: actors.services,
             changes,
         })
@@ -194,124 +194,6 @@ fn node_identity(configured: &str, public_port: u16) -> Arc<str> {
     format!("{host}-{public_port}").into()
 }
 
-/// The supplier and payment-provider stand-ins, calling back this node.
-fn simulators(
-    settings: &Settings,
-    public_addr: SocketAddr,
-) -> (Arc<SupplierSim>, Arc<PaymentsSim>) {
-    let supplier_sim = SupplierSim::new(
-        settings.supplier.access_code.expose_secret(),
-        settings.supplier.secret.expose_secret(),
-        Faults {
-            latency_ms: settings.simulators.supplier_latency_ms,
-            fail_rate: settings.simulators.supplier_fail_rate,
-            ..Faults::default()
-        },
-        settings.simulators.supplier_rate_limit,
-    );
-    supplier_sim.set_notify_url(format!("http://{public_addr}/callbacks/esim-access"));
-    let payments_sim = PaymentsSim::new(
-        settings.payments.api_key.expose_secret(),
-        settings.payments.webhook_secret.expose_secret(),
-    );
-    payments_sim.set_callback_url(format!("http://{public_addr}/callbacks/btcpay"));
-    (supplier_sim, payments_sim)
-}
-
-/// The suppliers behind their rate gate, and admission reading the gate.
-struct Supply {
-    suppliers: Suppliers,
-    admission: Option<Arc<Admission>>,
-}
-
-impl Supply {
-    async fn start(
-        settings: &Settings,
-        simulators_addr: Option<SocketAddr>,
-    ) -> anyhow::Result<Self> {
-        // With Redis the supplier's limit is one window for the whole fleet.
-        let shared_window = match settings.rate_limit.backend {
-            RateLimitBackend::Redis => {
-                Some(Arc::new(Limiter::connect(&settings.rate_limit).await?))
-            }
-            RateLimitBackend::Memory => None,
-        };
-        let gate = Arc::new(RateGate::new(
-            settings.supplier.requests_per_second,
-            shared_window,
-        ));
-        let (suppliers, tally) = build_suppliers(settings, simulators_addr, gate.clone())?;
-        let admission = (settings.admission.enabled && settings.supplier.requests_per_second > 0)
-            .then(|| {
-                Arc::new(Admission::new(AdmissionArgs {
-                    calls_per_second: settings.supplier.requests_per_second,
-                    batch_size: settings.supplier.batch_size,
-                    horizon_seconds: settings
-                        .admission
-                        .horizon(settings.supplier.deadline_seconds),
-                    tally,
-                    gate,
-                }))
-            });
-        Ok(Self {
-            suppliers,
-            admission,
-        })
-    }
-}
-
-/// The live supplier (the configured API, or the simulator on this node) and
-/// the in-process sandbox supplier.
-fn build_suppliers(
-    settings: &Settings,
-    simulators_addr: Option<SocketAddr>,
-    gate: Arc<RateGate>,
-) -> anyhow::Result<(Suppliers, Arc<Tally>)> {
-    let base_url = match (&settings.supplier.base_url, simulators_addr) {
-        (Some(url), _) => url.clone(),
-        (None, Some(addr)) => format!("http://{addr}"),
-        (None, None) => {
-            anyhow::bail!("`supplier.base_url` is required when the simulators are off")
-        }
-    };
-    let live = EsimAccessClient::new(
-        &base_url,
-        settings.supplier.access_code.clone(),
-        settings.supplier.secret.clone(),
-        Duration::from_millis(settings.supplier.timeout_ms),
-        gate,
-    )?;
-    let live = Metered::new(Arc::new(live));
-    let tally = live.tally();
-    let suppliers = Suppliers {
-        live: Arc::new(live),
-        sandbox: Arc::new(SandboxSupplier::new(Duration::from_millis(
-            settings.sandbox.slow_provisioning_ms,
-        ))),
-    };
-    Ok((suppliers, tally))
-}
-
-/// The payment provider: the configured BTCPay server, or the simulator on
-/// this node, or none (then `POST /deposits` answers 503).
-fn build_payment_provider(
-    settings: &Settings,
-    simulators_addr: Option<SocketAddr>,
-) -> anyhow::Result<Option<Arc<dyn PaymentProvider>>> {
-    let base_url = match (&settings.payments.base_url, simulators_addr) {
-        (Some(url), _) => url.clone(),
-        (None, Some(addr)) => format!("http://{addr}"),
-        (None, None) => return Ok(None),
-    };
-    let client = BtcPayClient::new(
-        &base_url,
-        &settings.payments.store_id,
-        settings.payments.api_key.clone(),
-        Duration::from_secs(15),
-    )?;
-    Ok(Some(Arc::new(client)))
-}
-
 /// The actors and services of a node.
 struct Actors {
     accounts: Accounts,
@@ -328,6 +210,7 @@ impl Actors {
         db: &Db,
         node_id: &Arc<str>,
         supply: &Supply,
+        catalogue: &Arc<Catalogue>,
         simulators_addr: Option<SocketAddr>,
     ) -> anyhow::Result<Self> {
         let provisioning = settings
@@ -342,8 +225,9 @@ impl Actors {
             settings.payments.webhook_secret.clone(),
             settings.payments.invoice_minutes,
         );
-        let supplier_orders =
-            SupplierOrders::start(supplier_orders_args(settings, db, node_id, supply));
+        let supplier_orders = SupplierOrders::start(supplier_orders_args(
+            settings, db, node_id, supply, catalogue,
+        ));
         let provisioning_tasks = tokio_util::task::TaskTracker::new();
         let services = match provisioning {
             Some(handle) => {
@@ -404,22 +288,21 @@ fn supplier_orders_args(
     db: &Db,
     node_id: &Arc<str>,
     supply: &Supply,
+    catalogue: &Arc<Catalogue>,
 ) -> SupplierOrdersArgs {
     let supplier = &settings.supplier;
     SupplierOrdersArgs {
         db: db.clone(),
         live: supply.suppliers.live.clone(),
         sandbox: supply.suppliers.sandbox.clone(),
+        catalogue: catalogue.clone(),
         batch_size: supplier.batch_size,
         batch_window: Duration::from_millis(supplier.batch_window_ms),
-        // A quarter of a second's calls in flight keeps the gate busy
-        // without queueing far past it.
-        placements_in_flight: match supplier.requests_per_second {
-            0 => 64,
-            rate => (rate as usize / 4).max(1),
-        },
-        max_attempts: supplier.max_attempts,
         retry_backoff: Duration::from_millis(supplier.retry_backoff_ms),
+        max_retry_backoff: Duration::from_millis(supplier.max_retry_backoff_ms),
+        // Never more than a quarter of the deadline, so a short deadline
+        // still leaves time to retry.
+        reserve: Duration::from_secs(supplier.reserve_seconds.min(supplier.deadline_seconds / 4)),
         poll_interval: Duration::from_millis(supplier.poll_interval_ms),
         max_poll_interval: Duration::from_millis(supplier.max_poll_interval_ms),
         deadline: Duration::from_secs(supplier.deadline_seconds),
@@ -497,7 +380,7 @@ async fn shared_state(
     settings: Settings,
     db: Db,
     node_id: Arc<str>,
-    catalogue: Catalogue,
+    catalogue: Arc<Catalogue>,
     supply: Supply,
     actors: &Actors,
     listeners: &Listeners,
@@ -540,6 +423,7 @@ async fn shared_state(
         node_id,
         deposits: actors.deposits.clone(),
         catalogue,
+        airalo_webhook_secret: settings.airalo.client_secret.clone(),
         admission: supply.admission,
         cursors: CursorCodec::new(settings.cursor.secret.expose_secret().as_bytes()),
         db,

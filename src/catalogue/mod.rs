@@ -30,6 +30,7 @@ use crate::{
     domain::{
         partner::Mode,
         pricing::{self, Rate, Unavailable, UnitPrice},
+        supplier::Packages,
     },
     store::{self, Db},
 };
@@ -167,6 +168,17 @@ impl Snapshot {
     pub fn visible(&self, id: &str, mode: Mode) -> Option<&Arc<plan::Model>> {
         let plan = &self.plans[*self.by_id.get(id)?];
         self.is_visible(plan, mode).then_some(plan)
+    }
+
+    /// A plan's package at each supplier that sells it (eSIM Access under
+    /// the plan's own id when it names none, or is not in the catalogue).
+    pub fn packages(&self, plan_id: &str) -> Packages {
+        let stored = self
+            .by_id
+            .get(plan_id)
+            .and_then(|i| self.plans.get(*i))
+            .and_then(|plan| plan.supplier_packages.as_ref());
+        Packages::of_plan(plan_id, stored)
     }
 
     fn is_visible(&self, plan: &plan::Model, mode: Mode) -> bool {

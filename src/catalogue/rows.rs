@@ -47,6 +47,10 @@ pub struct PlanInput {
     pub active: bool,
     #[serde(default)]
     pub sandbox_only: bool,
+    /// The plan's package at each supplier that sells it, by supplier
+    /// (`esim_access`, `airalo`); absent: eSIM Access under the plan's id.
+    #[serde(default)]
+    pub supplier_packages: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The seed and import file: destinations and plans.
@@ -104,6 +108,11 @@ pub fn plan_row(
 ) -> plan::Model {
     let country = check_identity(&input, at, known_countries, v);
     check_amounts(&input, at, v);
+    if let Some(packages) = &input.supplier_packages
+        && let Some(problem) = crate::domain::supplier::check_packages(packages)
+    {
+        v.check(true, &format!("{at}supplier_packages"), &problem);
+    }
     plan::Model {
         id: input.id,
         name: input.name.trim().to_owned(),
@@ -128,6 +137,10 @@ pub fn plan_row(
         sandbox_only: input.sandbox_only,
         created_at: now,
         updated_at: now,
+        supplier_packages: input
+            .supplier_packages
+            .filter(|packages| !packages.is_empty())
+            .map(|packages| serde_json::json!(packages)),
     }
 }
 

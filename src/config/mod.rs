@@ -42,8 +42,12 @@ pub struct Settings {
     pub log: LogSettings,
     /// The built-in supplier and payment-provider simulators.
     pub simulators: SimulatorSettings,
-    /// The eSIM supplier.
+    /// The eSIM supplier (eSIM Access) and how supplier orders are placed.
     pub supplier: SupplierSettings,
+    /// Which suppliers are used, in which order, and when one is left out.
+    pub suppliers: SuppliersSettings,
+    /// The second supplier, Airalo's Partner API.
+    pub airalo: AiraloSettings,
     /// The crypto payment provider.
     pub payments: PaymentSettings,
     /// The background reconciler.
@@ -212,6 +216,10 @@ pub struct SimulatorSettings {
     /// Requests per second the simulated supplier accepts, as the real one
     /// documents; 0 lifts the limit (load tests of our own code).
     pub supplier_rate_limit: u32,
+    /// Allocation latency of the simulated Airalo at start.
+    pub airalo_latency_ms: u64,
+    /// Requests per minute the simulated Airalo accepts (0: no limit).
+    pub airalo_rate_limit_per_minute: u32,
 }
 
 /// `[supplier]`
@@ -227,10 +235,17 @@ pub struct SupplierSettings {
     pub secret: SecretString,
     /// Per-request time-out.
     pub timeout_ms: u64,
-    /// Placements of one unit before it is refunded as `internal_error`.
+    /// Passes of a unit that could not even be written into a supplier
+    /// order before it is refunded as `internal_error`.
     pub max_attempts: i32,
-    /// Pause before the n-th placement retry: n times this.
+    /// Pause before the first placement retry, doubled on each further one
+    /// up to `max_retry_backoff_ms`.
     pub retry_backoff_ms: u64,
+    /// Longest pause between placement retries.
+    pub max_retry_backoff_ms: u64,
+    /// Seconds kept before the deadline to place and allocate: a transient
+    /// failure (5xx, time-out, busy, 429) is retried until only this is left.
+    pub reserve_seconds: u64,
     /// First pause between allocation polls of a supplier order (doubled
     /// up to `max_poll_interval_ms`; the supplier's webhook cuts it short).
     pub poll_interval_ms: u64,
@@ -246,6 +261,44 @@ pub struct SupplierSettings {
     pub batch_window_ms: u64,
     /// Longest a unit may take to allocate.
     pub deadline_seconds: u64,
+}
+
+/// `[suppliers]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuppliersSettings {
+    /// The suppliers in order of preference, comma-separated
+    /// (`esim_access`, `airalo`).
+    pub route: String,
+    /// Failures without an answer in a row that take a supplier out of the
+    /// route (0: never).
+    pub breaker_failures: u32,
+    /// How long a supplier stays out before one probe call is let through.
+    pub breaker_open_seconds: u64,
+}
+
+impl SuppliersSettings {
+    /// The parsed route (checked at load; eSIM Access alone if it could not be).
+    pub fn route(&self) -> crate::domain::supplier::Route {
+        crate::domain::supplier::Route::parse(&self.route).unwrap_or_default()
+    }
+}
+
+/// `[airalo]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AiraloSettings {
+    /// The Partner API's `/v2` root; `None` means the built-in simulator.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// OAuth client id of the partner account.
+    pub client_id: SecretString,
+    /// OAuth client secret; also what Airalo signs its webhooks with.
+    pub client_secret: SecretString,
+    /// Requests per second this service sends Airalo (0: no limit).
+    pub requests_per_second: u32,
+    /// Per-request time-out.
+    pub timeout_ms: u64,
 }
 
 /// `[provisioning]`
@@ -328,15 +381,27 @@ impl Settings {
     }
 
     /// Every secret setting by its dotted name.
-    fn secrets(&self) -> [(&'static str, &SecretString); 6] {
-        [
+    fn secrets(&self) -> Vec<(&'static str, &SecretString)> {
+        let mut secrets = vec![
             ("operator.token", &self.operator.token),
             ("cursor.secret", &self.cursor.secret),
             ("payments.webhook_secret", &self.payments.webhook_secret),
             ("payments.api_key", &self.payments.api_key),
             ("supplier.secret", &self.supplier.secret),
             ("supplier.access_code", &self.supplier.access_code),
-        ]
+        ];
+        // Airalo's credentials matter where Airalo is used: named in the
+        // route, or pointed at a real account.
+        let airalo_used = self.airalo.base_url.is_some()
+            || self
+                .suppliers
+                .route()
+                .contains(crate::domain::supplier::SupplierName::Airalo);
+        if airalo_used {
+            secrets.push(("airalo.client_id", &self.airalo.client_id));
+            secrets.push(("airalo.client_secret", &self.airalo.client_secret));
+        }
+        secrets
     }
 
     /// Why this setup is not development, for messages.

@@ -74,6 +74,29 @@ fn supplier(s: &Settings) -> anyhow::Result<()> {
             "invalid configuration: `supplier.poll_interval_ms` must be above 0 and at most `supplier.max_poll_interval_ms`"
         );
     }
+    if let Err(problem) = crate::domain::supplier::Route::parse(&s.suppliers.route) {
+        bail!("invalid configuration: `suppliers.route` {problem}");
+    }
+    if s.suppliers
+        .route()
+        .contains(crate::domain::supplier::SupplierName::Airalo)
+        && s.airalo.base_url.is_none()
+        && !s.simulators.enabled
+    {
+        bail!(
+            "invalid configuration: `airalo.base_url` is required when `suppliers.route` names airalo and `simulators.enabled` is false"
+        );
+    }
+    if s.supplier.retry_backoff_ms == 0
+        || s.supplier.max_retry_backoff_ms < s.supplier.retry_backoff_ms
+    {
+        bail!(
+            "invalid configuration: `supplier.retry_backoff_ms` must be above 0 and at most `supplier.max_retry_backoff_ms`"
+        );
+    }
+    if s.airalo.timeout_ms == 0 {
+        bail!("invalid configuration: `airalo.timeout_ms` must be above 0");
+    }
     if s.supplier.max_attempts < 1 {
         bail!("invalid configuration: `supplier.max_attempts` must be at least 1");
     }

@@ -19,6 +19,7 @@ pub mod partner;
 pub(crate) mod pricing;
 pub(crate) mod rate;
 pub(crate) mod review;
+pub(crate) mod supplier;
 pub(crate) mod time;
 pub(crate) mod validation;
 

@@ -261,6 +261,32 @@ pub struct UsageView {
     pub as_of: DateTime<Utc>,
 }
 
+/// The live supplier that delivered a unit (eSIM Access for profiles
+/// delivered before there was a second one).
+async fn live_supplier_of(
+    state: &AppState,
+    unit_id: &str,
+) -> Result<std::sync::Arc<dyn crate::supplier::Supplier>, ApiError> {
+    use crate::domain::supplier::SupplierName;
+    let name = crate::store::supplier_orders::supplier_of_unit(&state.db, unit_id)
+        .await
+        .map_err(ApiError::from)?
+        .and_then(|name| SupplierName::parse(&name))
+        .unwrap_or(SupplierName::EsimAccess);
+    state
+        .suppliers
+        .live
+        .get(name)
+        .map(|entry| entry.client.clone())
+        .ok_or_else(|| {
+            tracing::warn!(
+                supplier = name.as_str(),
+                "the supplier of this profile is not configured"
+            );
+            ApiError::new(ErrorCode::SupplierError)
+        })
+}
+
 #[utoipa::path(
     get, path = "/esims/{iccid}/usage", operation_id = "getEsimUsage", tag = "esims",
     params(("iccid" = String, Path, pattern = r"^[0-9]{19,20}$", description = "The profile's ICCID.")),
@@ -280,7 +306,7 @@ pub async fn usage(
 ) -> Result<Json<UsageView>, ApiError> {
     let row = owned(&state, &caller, &iccid).await?;
     let supplier = match caller.mode {
-        Mode::Live => state.suppliers.live.clone(),
+        Mode::Live => live_supplier_of(&state, &row.unit_id).await?,
         Mode::Sandbox => state.suppliers.sandbox.clone(),
     };
     let usage = supplier

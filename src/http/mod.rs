@@ -30,6 +30,7 @@ pub fn callback_routes() -> Router<AppState> {
     Router::new()
         .route("/btcpay", post(deposits::btcpay_callback))
         .route("/esim-access", post(orders::esim_access_callback))
+        .route("/airalo", post(orders::airalo_callback))
 }
 
 /// Routes under `/partner/v1`: `/health` open, the rest behind the

@@ -532,3 +532,48 @@ pub async fn esim_access_callback(
     tracing::info!(kind, order_no, order_status, woken, "supplier webhook");
     Ok(Json(serde_json::json!({ "received": true })))
 }
+
+/// Airalo's webhook (`POST /callbacks/airalo`, the URL opted in with Airalo
+/// for async orders). Signed: `airalo-signature` is HMAC-SHA512 with the
+/// account's client secret, checked in constant time; an unsigned or forged
+/// call is refused with 401. A valid one is only a hint: it wakes the driver
+/// of the supplier order it names (by Airalo's order id and by our
+/// transaction id in `description`), which reads the order back. Redeliveries
+/// wake nothing twice and are acknowledged alike.
+pub async fn airalo_callback(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    use crate::supplier::airalo::{SIGNATURE_HEADER, verify_signature, webhook_order};
+    use secrecy::ExposeSecret;
+    let signature = headers
+        .get(SIGNATURE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !verify_signature(
+        state.airalo_webhook_secret.expose_secret(),
+        &body,
+        signature,
+    ) {
+        tracing::warn!("Airalo webhook with a missing or wrong signature refused");
+        return Err(ApiError::new(ErrorCode::AuthInvalidKey)
+            .with_message("The airalo-signature header does not match the body."));
+    }
+    let event: Value = serde_json::from_slice(&body)
+        .map_err(|_| ApiError::invalid_request("The callback body is not JSON."))?;
+    let order = webhook_order(&event);
+    let woken = order.as_ref().is_some_and(|order| {
+        [&order.order_id, &order.description, &order.request_id]
+            .into_iter()
+            .flatten()
+            .any(|key| state.supplier_orders.wake(key))
+    });
+    tracing::info!(
+        order_id = order.as_ref().and_then(|o| o.order_id.as_deref()),
+        description = order.as_ref().and_then(|o| o.description.as_deref()),
+        woken,
+        "Airalo webhook"
+    );
+    Ok(Json(serde_json::json!({ "received": true })))
+}

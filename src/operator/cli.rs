@@ -50,6 +50,28 @@ pub enum AdminCommand {
     /// Money on a partner's floats.
     #[command(subcommand)]
     Money(MoneyCommand),
+    /// The suppliers: their state, an order's supply, margins.
+    #[command(subcommand)]
+    Suppliers(SuppliersCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SuppliersCommand {
+    /// The route and each supplier's state, calls, refusals and failovers.
+    List,
+    /// Which supplier carried each unit of an order, at what cost.
+    Supply { order_id: String },
+    /// Delivered units, revenue, cost and margin per partner and supplier.
+    Margins {
+        /// Orders created at or after (RFC 3339; default 30 days ago).
+        #[arg(long)]
+        from: Option<String>,
+        /// Orders created before (RFC 3339; default now).
+        #[arg(long)]
+        to: Option<String>,
+        #[arg(long)]
+        partner_id: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -310,7 +332,35 @@ fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<Request>> {
         ),
         AdminCommand::Actors => (Method::GET, "/actors".to_owned(), None),
         AdminCommand::Admission => (Method::GET, "/admission".to_owned(), None),
+        AdminCommand::Suppliers(command) => suppliers_request(command),
     }])
+}
+
+fn suppliers_request(command: SuppliersCommand) -> Request {
+    match command {
+        SuppliersCommand::List => (Method::GET, "/suppliers".to_owned(), None),
+        SuppliersCommand::Supply { order_id } => {
+            (Method::GET, format!("/orders/{order_id}/supply"), None)
+        }
+        SuppliersCommand::Margins {
+            from,
+            to,
+            partner_id,
+        } => {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            for (name, value) in [("from", from), ("to", to), ("partner_id", partner_id)] {
+                if let Some(value) = value {
+                    query.append_pair(name, &value);
+                }
+            }
+            let query = query.finish();
+            let path = match query.is_empty() {
+                true => "/margins".to_owned(),
+                false => format!("/margins?{query}"),
+            };
+            (Method::GET, path, None)
+        }
+    }
 }
 
 fn partner_request(command: PartnerCommand) -> Request {

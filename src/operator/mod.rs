@@ -11,6 +11,7 @@ mod keys;
 pub(crate) mod money;
 mod partners;
 pub(crate) mod reviews;
+mod suppliers;
 mod views;
 
 use axum::{
@@ -57,6 +58,9 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route("/keys/{id}", patch(keys::update))
         .route("/actors", get(actors::list))
         .route("/admission", get(actors::admission))
+        .route("/suppliers", get(suppliers::list))
+        .route("/orders/{id}/supply", get(suppliers::order_supply))
+        .route("/margins", get(suppliers::margins))
         .route("/actors/provisioning/fail", post(actors::fail_provisioning))
         .route("/actors/{partner_id}/fail", post(actors::fail))
         .route("/plans", post(catalogue::upsert_plans))

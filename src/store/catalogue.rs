@@ -110,6 +110,7 @@ pub(crate) async fn upsert_plans<C: ConnectionTrait>(
                         P::CostFloorCents,
                         P::Active,
                         P::SandboxOnly,
+                        P::SupplierPackages,
                         P::UpdatedAt,
                     ])
                     .to_owned(),

@@ -15,6 +15,7 @@ pub mod nodes;
 pub mod orders;
 pub mod partners;
 pub(crate) mod supplier_orders;
+pub mod supply;
 
 use std::{
     collections::HashMap,

@@ -61,15 +61,21 @@ pub(crate) async fn units_of<C: ConnectionTrait>(
         .await
 }
 
-/// Records the supplier's order number: the order is placed.
+/// Records the supplier's order number (and its price per profile, when it
+/// said): the order is placed.
 pub(crate) async fn placed<C: ConnectionTrait>(
     db: &C,
     id: &str,
     order_no: &str,
+    unit_cost_cents: Option<i64>,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
     supplier_order::Entity::update_many()
         .col_expr(supplier_order::Column::OrderNo, Expr::value(Some(order_no)))
+        .col_expr(
+            supplier_order::Column::UnitCostCents,
+            Expr::value(unit_cost_cents),
+        )
         .col_expr(supplier_order::Column::Status, Expr::value(Placed))
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
         .filter(supplier_order::Column::Id.eq(id))
@@ -121,4 +127,102 @@ pub(crate) async fn failed_attempt<C: ConnectionTrait>(
         .exec(db)
         .await?;
     Ok(get(db, id).await?.map(|row| row.attempts).unwrap_or(0))
+}
+
+/// Counts a placement call about to be sent (`by` = 1), or takes one back
+/// (`by` = -1) when it certainly never left; returns the count after.
+pub(crate) async fn count_sent<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+    by: i32,
+    now: DateTime<Utc>,
+) -> Result<i32, DbErr> {
+    supplier_order::Entity::update_many()
+        .col_expr(
+            supplier_order::Column::CallsSent,
+            Expr::col(supplier_order::Column::CallsSent).add(by),
+        )
+        .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
+        .filter(supplier_order::Column::Id.eq(id))
+        .exec(db)
+        .await?;
+    Ok(get(db, id).await?.map(|row| row.calls_sent).unwrap_or(0))
+}
+
+/// The supplier's own lookup proved it has no order under this id: nothing
+/// sent so far was taken.
+pub(crate) async fn none_taken<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    supplier_order::Entity::update_many()
+        .col_expr(supplier_order::Column::CallsSent, Expr::value(0))
+        .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
+        .filter(supplier_order::Column::Id.eq(id))
+        .filter(supplier_order::Column::Status.eq(Placing))
+        .exec(db)
+        .await
+        .map(|_| ())
+}
+
+/// Hands the units of a supplier order that will certainly not deliver to
+/// a new one at the next supplier, in one transaction: the new order is
+/// written down, the units move to it, and the old one ends `failed` naming
+/// its successor. `Ok(false)` (and the caller rolls back) when the old one
+/// was no longer being placed (another node settled it first).
+pub(crate) async fn hand_over<C: ConnectionTrait>(
+    txn: &C,
+    from: &str,
+    reason: &str,
+    successor: supplier_order::Model,
+) -> Result<bool, DbErr> {
+    let now = successor.updated_at;
+    let to = successor.id.clone();
+    let reason: String = reason.chars().take(500).collect();
+    let ended = supplier_order::Entity::update_many()
+        .col_expr(
+            supplier_order::Column::Status,
+            Expr::value(SupplierOrderStatus::Failed),
+        )
+        .col_expr(
+            supplier_order::Column::SuccessorId,
+            Expr::value(Some(to.clone())),
+        )
+        .col_expr(supplier_order::Column::LastError, Expr::value(Some(reason)))
+        .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
+        .filter(supplier_order::Column::Id.eq(from))
+        .filter(supplier_order::Column::Status.eq(Placing))
+        .exec(txn)
+        .await?;
+    if ended.rows_affected != 1 {
+        return Ok(false);
+    }
+    supplier_order::ActiveModel::from(successor)
+        .insert(txn)
+        .await?;
+    order_unit::Entity::update_many()
+        .col_expr(order_unit::Column::SupplierTxnId, Expr::value(Some(to)))
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
+        .filter(order_unit::Column::SupplierTxnId.eq(from))
+        .exec(txn)
+        .await?;
+    Ok(true)
+}
+
+/// The supplier of the supplier order that carried a unit.
+pub(crate) async fn supplier_of_unit<C: ConnectionTrait>(
+    db: &C,
+    unit_id: &str,
+) -> Result<Option<String>, DbErr> {
+    let Some(unit) = order_unit::Entity::find_by_id(unit_id.to_owned())
+        .one(db)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let Some(txn) = unit.supplier_txn_id else {
+        return Ok(None);
+    };
+    Ok(get(db, &txn).await?.map(|row| row.supplier))
 }

@@ -27,7 +27,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use super::{Allocation, Profile, Supplier, SupplierError, Usage, gate::RateGate};
+use super::{Allocation, Placed, Profile, Supplier, SupplierError, Usage, gate::RateGate};
 
 /// The supplier's "profile not yet allocated" code.
 pub const ALLOCATING: &str = "200010";
@@ -173,7 +173,7 @@ impl EsimAccessClient {
             .body(body)
             .send()
             .await
-            .map_err(|e| SupplierError::Transient(format!("{path}: {e}")))?;
+            .map_err(|e| sending_failed(path, &e))?;
         let status = response.status();
         if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
             self.gate.slow_down(SLOW_DOWN);
@@ -190,6 +190,16 @@ impl EsimAccessClient {
         }
         serde_json::from_str(&text)
             .map_err(|_| SupplierError::Transient(format!("{path}: not JSON")))
+    }
+}
+
+/// A request that failed before an answer: not sent at all when the
+/// connection could not be made, else perhaps taken.
+pub(crate) fn sending_failed(path: &str, error: &reqwest::Error) -> SupplierError {
+    if error.is_connect() {
+        SupplierError::NotSent(format!("{path}: {error}"))
+    } else {
+        SupplierError::Transient(format!("{path}: {error}"))
     }
 }
 
@@ -288,7 +298,7 @@ impl Supplier for EsimAccessClient {
         transaction_id: &str,
         package_code: &str,
         count: u32,
-    ) -> Result<String, SupplierError> {
+    ) -> Result<Placed, SupplierError> {
         let obj = self
             .call(
                 "/api/v1/open/esim/order",
@@ -298,7 +308,7 @@ impl Supplier for EsimAccessClient {
                 }),
             )
             .await?;
-        read_order(&obj)
+        read_order(&obj).map(Placed::unpriced)
     }
 
     async fn query(&self, order_no: &str) -> Result<Allocation, SupplierError> {

@@ -29,6 +29,8 @@ pub struct RateGate {
     per_second: u32,
     local: Option<DefaultDirectRateLimiter>,
     shared: Option<Arc<Limiter>>,
+    /// The name of the shared window (one per supplier account).
+    window_name: &'static str,
     paused_until: Mutex<Option<Instant>>,
     /// "Slow down" answers since start.
     slow_downs: std::sync::atomic::AtomicU64,
@@ -37,7 +39,7 @@ pub struct RateGate {
 impl RateGate {
     /// A gate of `per_second` calls (0: no limit); `shared` counts across
     /// nodes (pass the Redis limiter, or `None` for one node).
-    pub fn new(per_second: u32, shared: Option<Arc<Limiter>>) -> Self {
+    pub fn new(per_second: u32, shared: Option<Arc<Limiter>>, window_name: &'static str) -> Self {
         let local = NonZeroU32::new(per_second).and_then(|n| {
             let period = Duration::from_secs(1) / n.get() * (1000 + MARGIN_PER_MILLE) / 1000;
             Quota::with_period(period).map(RateLimiter::direct)
@@ -45,6 +47,7 @@ impl RateGate {
         Self {
             per_second,
             shared: if per_second == 0 { None } else { shared },
+            window_name,
             local,
             paused_until: Mutex::new(None),
             slow_downs: Default::default(),
@@ -73,7 +76,7 @@ impl RateGate {
                 window_seconds: 1,
             };
             loop {
-                let state = shared.hit("supplier-calls", window).await;
+                let state = shared.hit(self.window_name, window).await;
                 if state.allowed {
                     break;
                 }
@@ -115,7 +118,7 @@ mod tests {
     #[tokio::test]
     async fn calls_are_spaced_to_stay_under_the_limit() {
         // governor keeps its own (real) clock.
-        let gate = RateGate::new(8, None);
+        let gate = RateGate::new(8, None, "test");
         let started = std::time::Instant::now();
         for _ in 0..9 {
             gate.admit().await;
@@ -130,7 +133,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_slow_down_holds_the_next_call() {
-        let gate = RateGate::new(0, None);
+        let gate = RateGate::new(0, None, "test");
         gate.slow_down(Duration::from_secs(2));
         let started = Instant::now();
         gate.admit().await;
@@ -139,7 +142,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn no_limit_lets_calls_through_at_once() {
-        let gate = RateGate::new(0, None);
+        let gate = RateGate::new(0, None, "test");
         let started = Instant::now();
         for _ in 0..100 {
             gate.admit().await;

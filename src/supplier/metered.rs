@@ -14,7 +14,7 @@ use std::{
 
 use async_trait::async_trait;
 
-use super::{Allocation, Supplier, SupplierError, Usage};
+use super::{Allocation, Placed, Supplier, SupplierError, Usage};
 use crate::metrics::supplier_call;
 
 /// The outcome label of a supplier call: `ok`, `refused` or `transient`
@@ -24,6 +24,7 @@ pub(crate) fn supplier_outcome<T>(result: &Result<T, SupplierError>) -> &'static
         Ok(_) => "ok",
         Err(SupplierError::Refused(_)) => "refused",
         Err(SupplierError::Transient(_)) => "transient",
+        Err(SupplierError::NotSent(_)) => "not_sent",
     }
 }
 
@@ -50,13 +51,16 @@ impl Tally {
 
 /// Wraps a supplier; every call is recorded with its operation and outcome.
 pub(crate) struct Metered {
+    /// The supplier's name, the `supplier` label of its metrics.
+    name: &'static str,
     inner: Arc<dyn Supplier>,
     tally: Arc<Tally>,
 }
 
 impl Metered {
-    pub(crate) fn new(inner: Arc<dyn Supplier>) -> Self {
+    pub(crate) fn new(name: &'static str, inner: Arc<dyn Supplier>) -> Self {
         Self {
+            name,
             inner,
             tally: Arc::default(),
         }
@@ -75,13 +79,18 @@ impl Supplier for Metered {
         transaction_id: &str,
         package_code: &str,
         count: u32,
-    ) -> Result<String, SupplierError> {
+    ) -> Result<Placed, SupplierError> {
         let started = Instant::now();
         let result = self
             .inner
             .place_order(transaction_id, package_code, count)
             .await;
-        supplier_call("place_order", supplier_outcome(&result), started.elapsed());
+        supplier_call(
+            self.name,
+            "place_order",
+            supplier_outcome(&result),
+            started.elapsed(),
+        );
         self.tally.call();
         if result.is_ok() {
             self.tally
@@ -98,7 +107,7 @@ impl Supplier for Metered {
             Ok(Allocation::Pending) => "pending",
             other => supplier_outcome(other),
         };
-        supplier_call("query", outcome, started.elapsed());
+        supplier_call(self.name, "query", outcome, started.elapsed());
         self.tally.call();
         result
     }
@@ -106,9 +115,35 @@ impl Supplier for Metered {
     async fn usage(&self, iccid: &str, esim_tran_no: Option<&str>) -> Result<Usage, SupplierError> {
         let started = Instant::now();
         let result = self.inner.usage(iccid, esim_tran_no).await;
-        supplier_call("usage", supplier_outcome(&result), started.elapsed());
+        supplier_call(
+            self.name,
+            "usage",
+            supplier_outcome(&result),
+            started.elapsed(),
+        );
         self.tally.call();
         result
+    }
+
+    fn idempotent_placement(&self) -> bool {
+        self.inner.idempotent_placement()
+    }
+
+    async fn find_order(&self, transaction_id: &str) -> Result<Option<Placed>, SupplierError> {
+        let started = Instant::now();
+        let result = self.inner.find_order(transaction_id).await;
+        supplier_call(
+            self.name,
+            "find_order",
+            supplier_outcome(&result),
+            started.elapsed(),
+        );
+        self.tally.call();
+        result
+    }
+
+    fn max_units_per_order(&self) -> u32 {
+        self.inner.max_units_per_order()
     }
 }
 
@@ -118,11 +153,11 @@ mod tests {
 
     #[test]
     fn supplier_outcomes() {
-        let placed: Result<String, SupplierError> = Ok("B1".into());
+        let placed: Result<Placed, SupplierError> = Ok(Placed::unpriced("B1"));
         assert_eq!(supplier_outcome(&placed), "ok");
-        let refused: Result<String, SupplierError> = Err(SupplierError::Refused("no".into()));
+        let refused: Result<Placed, SupplierError> = Err(SupplierError::Refused("no".into()));
         assert_eq!(supplier_outcome(&refused), "refused");
-        let down: Result<String, SupplierError> = Err(SupplierError::Transient("503".into()));
+        let down: Result<Placed, SupplierError> = Err(SupplierError::Transient("503".into()));
         assert_eq!(supplier_outcome(&down), "transient");
     }
 }

@@ -8,10 +8,12 @@
 //! supplier treats a repeated transaction id as the same order, so a retry,
 //! a re-drive or a crash between the call and its answer never buys twice.
 
+pub mod airalo;
 pub mod esim_access;
 pub mod gate;
 pub(crate) mod metered;
 pub(crate) mod sandbox;
+pub(crate) mod set;
 
 use async_trait::async_trait;
 
@@ -24,6 +26,30 @@ pub struct Profile {
     /// The supplier's number of the profile (`esimTranNo`), which its usage
     /// query asks by.
     pub esim_tran_no: Option<String>,
+}
+
+/// A supplier order the supplier took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    /// The supplier's own number of the order (what [`Supplier::query`] asks by).
+    pub order_no: String,
+    /// What the supplier charges for one profile, in US cents, when its
+    /// answer says (rounded up to the cent).
+    pub unit_cost_cents: Option<i64>,
+    /// The profiles, when the answer already carries them (a synchronous
+    /// order): no query is needed when they are all there.
+    pub profiles: Vec<Profile>,
+}
+
+impl Placed {
+    /// An order number with no price and no profiles in the answer.
+    pub fn unpriced(order_no: impl Into<String>) -> Self {
+        Self {
+            order_no: order_no.into(),
+            unit_cost_cents: None,
+            profiles: Vec::new(),
+        }
+    }
 }
 
 /// Where a placed supplier order stands.
@@ -54,22 +80,53 @@ pub enum SupplierError {
     /// package, no balance): nothing was bought.
     #[error("supplier refused: {0}")]
     Refused(String),
+    /// The request never left (connection refused, name not resolved, the
+    /// supplier out of the route): nothing was taken, so the units may go to
+    /// another supplier at once.
+    #[error("supplier not reached: {0}")]
+    NotSent(String),
+}
+
+impl SupplierError {
+    /// Whether the supplier is certainly not going to deliver what this
+    /// call asked for (a refusal, or a request that never left).
+    pub fn certainly_not_taken(&self) -> bool {
+        matches!(self, SupplierError::Refused(_) | SupplierError::NotSent(_))
+    }
 }
 
 /// What the service needs from a supplier.
 #[async_trait]
 pub trait Supplier: Send + Sync {
-    /// Places (or finds again) the supplier order `transaction_id` for
-    /// `count` profiles of a package; returns the supplier's order number.
+    /// Places (or, for a supplier that treats a repeated transaction id as
+    /// the same order, finds again) the supplier order `transaction_id` for
+    /// `count` profiles of a package.
     async fn place_order(
         &self,
         transaction_id: &str,
         package_code: &str,
         count: u32,
-    ) -> Result<String, SupplierError>;
+    ) -> Result<Placed, SupplierError>;
     /// Asks which profiles of a supplier order are allocated.
     async fn query(&self, order_no: &str) -> Result<Allocation, SupplierError>;
     /// Asks how much data a profile used: by its `esimTranNo` when known,
     /// else by its ICCID.
     async fn usage(&self, iccid: &str, esim_tran_no: Option<&str>) -> Result<Usage, SupplierError>;
+    /// Whether placing again under the same transaction id is the same
+    /// order (eSIM Access: yes). A supplier without such a key answers
+    /// false, and before any placement that may repeat an earlier one whose
+    /// answer was lost, the caller asks [`Supplier::find_order`] first.
+    fn idempotent_placement(&self) -> bool {
+        true
+    }
+    /// The order placed under `transaction_id`, if the supplier has one
+    /// (`Ok(None)`: it certainly has none, so placing cannot buy twice).
+    async fn find_order(&self, transaction_id: &str) -> Result<Option<Placed>, SupplierError> {
+        let _ = transaction_id;
+        Ok(None)
+    }
+    /// Most profiles one supplier order may carry.
+    fn max_units_per_order(&self) -> u32 {
+        u32::MAX
+    }
 }

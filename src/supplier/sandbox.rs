@@ -11,7 +11,7 @@ use std::{
 
 use async_trait::async_trait;
 
-use super::{Allocation, Profile, Supplier, SupplierError, Usage};
+use super::{Allocation, Placed, Profile, Supplier, SupplierError, Usage};
 use crate::domain::esim;
 
 /// SM-DP+ address of sandbox profiles.
@@ -78,7 +78,7 @@ impl Supplier for SandboxSupplier {
         transaction_id: &str,
         package_code: &str,
         count: u32,
-    ) -> Result<String, SupplierError> {
+    ) -> Result<Placed, SupplierError> {
         let fails = match package_code {
             "pl_sandbox_supplier_error" => true,
             "pl_sandbox_partial" => unit_number(transaction_id).is_multiple_of(2),
@@ -98,7 +98,7 @@ impl Supplier for SandboxSupplier {
             .unwrap_or_else(|p| p.into_inner())
             .entry(order_no.clone())
             .or_insert((Instant::now() + delay, transaction_id.to_owned(), count));
-        Ok(order_no)
+        Ok(Placed::unpriced(order_no))
     }
 
     async fn query(&self, order_no: &str) -> Result<Allocation, SupplierError> {

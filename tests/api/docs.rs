@@ -17,7 +17,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{TestApp, eventually, fund, live_partner, read, sandbox_key, spawn_app},
+    helpers::{
+        TestApp, eventually, fund, live_partner, read, sandbox_key, spawn_app, spawn_app_with,
+    },
     openapi::validator_for,
 };
 
@@ -213,7 +215,8 @@ fn command_for(language: &str, sample: &Samples) -> (&'static str, Vec<String>) 
 
 #[tokio::test]
 async fn every_sample_of_the_reference_gets_its_documented_answer() {
-    let app = spawn_app().await;
+    // The samples run back to back, faster than a bronze key may read.
+    let app = spawn_app_with(&[("rate_limit.bands.bronze.read.limit", "1000")]).await;
     let env = sample_environment(&app).await;
     let doc = esim_reseller::http::openapi::to_value();
     if !available("curl", "curl", &["--version"]).await {

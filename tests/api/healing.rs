@@ -325,6 +325,32 @@ async fn serve_refuses_development_secrets_outside_development_and_names_each() 
     assert!(!serve.status.success(), "serve must refuse: {said}");
     assert!(said.contains("ESIM__OPERATOR__TOKEN"), "{said}");
     assert!(said.contains("the simulators are off"), "{said}");
+    assert!(
+        !said.contains("ESIM__AIRALO"),
+        "Airalo is not used, its credentials are not asked for: {said}"
+    );
+}
+
+#[tokio::test]
+async fn serve_refuses_the_airalo_simulator_credentials_where_airalo_is_used() {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_esim-reseller"))
+        .args(["config", "check"])
+        .env("ESIM__SIMULATORS__ENABLED", "false")
+        .env("ESIM__SUPPLIER__BASE_URL", "https://supplier.example")
+        .env("ESIM__AIRALO__BASE_URL", "https://airalo.example/v2")
+        .env("ESIM__SUPPLIERS__ROUTE", "esim_access,airalo")
+        .env(
+            "ESIM_CONFIG_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
+        )
+        .output()
+        .await
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    for named in ["ESIM__AIRALO__CLIENT_ID", "ESIM__AIRALO__CLIENT_SECRET"] {
+        assert!(printed.contains(named), "{named} missing from:\n{printed}");
+    }
 }
 
 #[tokio::test]

@@ -495,6 +495,17 @@ impl ServeProcess {
         (partner, key)
     }
 
+    /// `host:port` of one of its listeners (`public`, `operator`,
+    /// `simulators`), from its `listening` log line.
+    pub fn listener(&self, name: &str) -> Option<String> {
+        self.lines().iter().find_map(|line| {
+            let json: Value = serde_json::from_str(line).ok()?;
+            (json["listener"] == name)
+                .then(|| json["addr"].as_str().map(str::to_owned))
+                .flatten()
+        })
+    }
+
     /// The log lines so far.
     pub fn lines(&self) -> Vec<String> {
         self.log.lock().expect("log lock").clone()

@@ -13,6 +13,7 @@ mod contract;
 mod deposits;
 mod docs;
 mod envelope;
+mod failover;
 mod faults;
 mod healing;
 mod health;

@@ -1235,10 +1235,12 @@ async fn order_settled(app: &TestApp, quantity: i64) -> (String, String, String,
 }
 
 #[tokio::test]
-async fn a_supplier_unreachable_through_five_attempts_refunds_the_units_as_supplier_error() {
-    let app = order_app().await;
-    // Both units travel in one supplier order; its five placements all fail.
-    set_faults(&app, json!({ "fail_next": 5 })).await;
+async fn a_supplier_failing_until_the_deadline_refunds_the_units_as_supplier_error() {
+    // Every placement fails until the deadline leaves only the time to
+    // place and allocate: transient failures are retried until then.
+    let app = order_app_with(&[("supplier.deadline_seconds", "4")]).await;
+    // Both units travel in one supplier order; every placement fails.
+    set_faults(&app, json!({ "fail_rate": 1.0 })).await;
 
     let (partner_id, secret, id, order) = order_settled(&app, 2).await;
 
@@ -1262,7 +1264,7 @@ async fn a_supplier_unreachable_through_five_attempts_refunds_the_units_as_suppl
     let carriers = supplier_orders_of(&app, &id).await;
     assert_eq!(carriers.len(), 1, "{carriers:?}");
     assert_eq!(carriers[0].unit_count, 2);
-    assert_eq!(carriers[0].attempts, 5);
+    assert!(carriers[0].attempts >= 2, "retried: {carriers:?}");
     assert_eq!(carriers[0].status.as_str(), "failed");
     assert_eq!(
         supplier_stats(&app).await["orders"],

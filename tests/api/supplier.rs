@@ -34,7 +34,7 @@ fn client(app: &TestApp, secret: &str, per_second: u32) -> EsimAccessClient {
         SecretString::from(ACCESS_CODE),
         SecretString::from(secret),
         Duration::from_secs(5),
-        Arc::new(RateGate::new(per_second, None)),
+        Arc::new(RateGate::new(per_second, None, "supplier-calls")),
     )
     .unwrap()
 }
@@ -85,7 +85,8 @@ async fn a_batch_order_is_found_again_under_its_transaction_id_and_every_profile
     let order_no = supplier
         .place_order("so_test_1", "pl_fr_1gb_7d", 30)
         .await
-        .unwrap();
+        .unwrap()
+        .order_no;
     // Still allocating: pending, not refused.
     assert_eq!(
         supplier.query(&order_no).await.unwrap(),
@@ -95,7 +96,8 @@ async fn a_batch_order_is_found_again_under_its_transaction_id_and_every_profile
     let again = supplier
         .place_order("so_test_1", "pl_fr_1gb_7d", 30)
         .await
-        .unwrap();
+        .unwrap()
+        .order_no;
     assert_eq!(again, order_no);
 
     let profiles = ready(&supplier, &order_no).await;
@@ -182,7 +184,8 @@ async fn the_simulator_answers_the_documented_shapes_and_codes() {
     let order_no = supplier
         .place_order("so_test_5", "pl_fr_1gb_7d", 2)
         .await
-        .unwrap();
+        .unwrap()
+        .order_no;
     let profiles = ready(&supplier, &order_no).await;
     assert_eq!(profiles.len(), 2);
 }

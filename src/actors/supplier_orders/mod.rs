@@ -6,10 +6,19 @@
 //! supplier is called ([`store::supplier_orders::open`]); its id is the
 //! supplier's `transactionId`. Its driver then:
 //!
-//! 1. places it, retrying transient failures under the same transaction id
-//!    (the supplier answers a repeated id with the same order), until the
-//!    supplier answers an order number, refuses for good, or the deadline or
-//!    the attempts run out;
+//! 1. places it with the supplier it was written down for (the first of
+//!    `suppliers.route` that sells the plan and is in the route now),
+//!    retrying transient failures with capped backoff under the same
+//!    transaction id until the supplier answers an order number, refuses, or
+//!    the deadline leaves only the time to place and allocate. For a supplier
+//!    without an idempotency key (Airalo) every placement that may repeat an
+//!    earlier one is preceded by a lookup of the order by its transaction id.
+//!    When the supplier will certainly not deliver (a refusal, a request that
+//!    never left, its breaker open before anything was sent, or a lookup
+//!    proving nothing was taken) the units are handed to a new supplier order
+//!    at the next supplier of the route that sells the plan
+//!    ([`store::supplier_orders::hand_over`]); only when none is left are
+//!    they refunded;
 //! 2. waits for the profiles: woken by the supplier's `ORDER_STATUS`
 //!    webhook ([`SupplierOrders::wake`]), or polling with backoff as the
 //!    fallback.
@@ -33,31 +42,40 @@ mod driver;
 use driver::drive;
 
 use crate::{
-    domain::{order::FailureCode, partner::Mode, states::SupplierOrderStatus, time},
+    catalogue::Catalogue,
+    domain::{
+        order::FailureCode,
+        partner::Mode,
+        states::SupplierOrderStatus,
+        supplier::{Packages, SupplierName},
+        time,
+    },
     store::{self, Db, supplier_orders as rows},
-    supplier::{Profile, Supplier},
+    supplier::{Profile, Supplier, set::SupplierSet},
 };
 
 /// What the supplier orders need.
 #[derive(Clone)]
 pub struct SupplierOrdersArgs {
     pub db: Db,
-    pub live: Arc<dyn Supplier>,
+    /// The live suppliers, their route and breakers.
+    pub live: Arc<SupplierSet>,
     pub sandbox: Arc<dyn Supplier>,
+    /// The plans' packages at each supplier.
+    pub catalogue: Arc<Catalogue>,
     /// Most units one live supplier order carries (sandbox orders carry one,
     /// so that each sandbox fixture unit keeps its own fate).
     pub batch_size: usize,
     /// How long the placer waits for more units before writing supplier
     /// orders down (longer while every placement slot is busy).
     pub batch_window: Duration,
-    /// Live supplier orders being placed at once. While all are busy, units
-    /// keep gathering into fuller supplier orders instead of queueing at the
-    /// supplier's rate limit one small order each.
-    pub placements_in_flight: usize,
-    /// Placement calls of a supplier order before its units are refunded.
-    pub max_attempts: i32,
-    /// Pause before the n-th placement retry: n times this.
+    /// Pause before the first placement retry, doubled on each further one
+    /// up to `max_retry_backoff`.
     pub retry_backoff: Duration,
+    pub max_retry_backoff: Duration,
+    /// Time kept before the deadline to place and allocate: transient
+    /// failures are retried until only this much is left.
+    pub reserve: Duration,
     /// First pause between allocation polls; doubled up to `max_poll_interval`.
     pub poll_interval: Duration,
     pub max_poll_interval: Duration,
@@ -81,6 +99,8 @@ pub enum Outcome {
 /// What a supplier order delivered, read once for all its carriers.
 #[derive(Debug)]
 pub struct Delivered {
+    /// The supplier that delivered them (`sandbox` for sandbox orders).
+    pub supplier: String,
     /// The profiles, sorted by ICCID (fewer than the units only if the
     /// deadline passed first).
     pub profiles: Vec<Profile>,
@@ -91,7 +111,7 @@ pub struct Delivered {
 /// A request to carry some units.
 struct PlaceRequest {
     mode: Mode,
-    package_code: String,
+    plan_id: String,
     unit_ids: Vec<String>,
     reply: oneshot::Sender<Result<HashMap<String, String>, String>>,
 }
@@ -104,8 +124,6 @@ pub struct SupplierOrders {
 
 struct Inner {
     args: SupplierOrdersArgs,
-    /// Slots of live placements under way.
-    placing: Arc<tokio::sync::Semaphore>,
     placer: mpsc::Sender<PlaceRequest>,
     /// Drivers running or recently finished, by transaction id.
     drivers: Mutex<HashMap<String, Driver>>,
@@ -137,19 +155,15 @@ impl SupplierOrders {
     /// Starts the placer task.
     pub fn start(args: SupplierOrdersArgs) -> Self {
         let (placer, requests) = mpsc::channel(4096);
-        let placing = Arc::new(tokio::sync::Semaphore::new(
-            args.placements_in_flight.max(1),
-        ));
         let inner = Arc::new(Inner {
             args,
-            placing: placing.clone(),
             placer,
             drivers: Mutex::default(),
             wakers: Mutex::default(),
             last_webhook: Mutex::default(),
             last_pruned: Mutex::new(std::time::Instant::now()),
         });
-        tokio::spawn(placer_loop(inner.args.clone(), placing, requests));
+        tokio::spawn(placer_loop(inner.args.clone(), requests));
         Self { inner }
     }
 
@@ -158,13 +172,13 @@ impl SupplierOrders {
     pub async fn carry(
         &self,
         mode: Mode,
-        package_code: &str,
+        plan_id: &str,
         unit_ids: Vec<String>,
     ) -> Result<HashMap<String, String>, String> {
         let (reply, answer) = oneshot::channel();
         let request = PlaceRequest {
             mode,
-            package_code: package_code.to_owned(),
+            plan_id: plan_id.to_owned(),
             unit_ids,
             reply,
         };
@@ -249,12 +263,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// How often a placer waiting for a free placement slot looks again.
 const SLOT_CHECK: Duration = Duration::from_millis(10);
 
-async fn placer_loop(
-    args: SupplierOrdersArgs,
-    placing: Arc<tokio::sync::Semaphore>,
-    mut requests: mpsc::Receiver<PlaceRequest>,
-) {
-    let full = args.batch_size.max(1);
+async fn placer_loop(args: SupplierOrdersArgs, mut requests: mpsc::Receiver<PlaceRequest>) {
+    let full = args.batch_size.min(args.live.max_units()).max(1);
     while let Some(first) = requests.recv().await {
         let mut gathered = vec![first];
         let window_ends = tokio::time::Instant::now() + args.batch_window;
@@ -271,7 +281,7 @@ async fn placer_loop(
             let now = tokio::time::Instant::now();
             // Past the window, write down as soon as a placement slot is
             // free (at once for sandbox units: they are not rate-limited).
-            if now >= window_ends && (sandbox_only || placing.available_permits() > 0) {
+            if now >= window_ends && (sandbox_only || args.live.any_free_slot()) {
                 break;
             }
             let until = if now >= window_ends {
@@ -295,18 +305,21 @@ async fn write_down(args: &SupplierOrdersArgs, gathered: Vec<PlaceRequest>) {
     let mut groups: HashMap<(Mode, String), Vec<String>> = HashMap::new();
     for request in &gathered {
         groups
-            .entry((request.mode, request.package_code.clone()))
+            .entry((request.mode, request.plan_id.clone()))
             .or_default()
             .extend(request.unit_ids.iter().cloned());
     }
     let mut carried: HashMap<String, Result<String, String>> = HashMap::new();
-    for ((mode, package_code), unit_ids) in groups {
+    // Supplier orders given to each supplier in this batch, so a burst
+    // spreads over the route as it fills the first supplier's slots.
+    let mut assigned: HashMap<String, usize> = HashMap::new();
+    for ((mode, plan_id), unit_ids) in groups {
         let size = match mode {
-            Mode::Live => args.batch_size.max(1),
+            Mode::Live => args.batch_size.min(args.live.max_units()).max(1),
             Mode::Sandbox => 1,
         };
         for chunk in unit_ids.chunks(size) {
-            let result = open(args, mode, &package_code, chunk).await;
+            let result = open(args, mode, &plan_id, chunk, &mut assigned).await;
             for unit in chunk {
                 carried.insert(unit.clone(), result.clone());
             }
@@ -328,32 +341,107 @@ async fn write_down(args: &SupplierOrdersArgs, gathered: Vec<PlaceRequest>) {
     }
 }
 
-/// Writes one supplier order down with its units, in one transaction.
-async fn open(
+/// The packages of a plan at each supplier, from the catalogue.
+pub(super) fn packages_of(args: &SupplierOrdersArgs, plan_id: &str) -> Packages {
+    args.catalogue.snapshot().packages(plan_id)
+}
+
+/// The supplier a new live supplier order of a plan goes to, and its
+/// package there ([`SupplierSet::choose`]). A plan no supplier of the route
+/// sells goes to the route's first under its own id, whose driver then
+/// finds no seller and refunds it.
+fn supplier_for(
     args: &SupplierOrdersArgs,
-    mode: Mode,
-    package_code: &str,
-    unit_ids: &[String],
-) -> Result<String, String> {
-    // A sandbox unit is its own supplier order, named after it.
-    let id = match (mode, unit_ids) {
-        (Mode::Sandbox, [only]) => only.clone(),
-        _ => format!("so_{}", uuid::Uuid::now_v7().simple()),
-    };
-    let now = time::now();
-    let row = supplier_order::Model {
-        id: id.clone(),
-        mode,
-        package_code: package_code.to_owned(),
-        unit_count: unit_ids.len() as i32,
+    plan_id: &str,
+    assigned: &HashMap<String, usize>,
+) -> (String, String) {
+    let packages = packages_of(args, plan_id);
+    let given = |name: SupplierName| assigned.get(name.as_str()).copied().unwrap_or(0);
+    match args.live.choose(&packages, &given) {
+        Some((name, code)) => (name.as_str().to_owned(), code),
+        None => {
+            let first = args
+                .live
+                .route()
+                .suppliers()
+                .first()
+                .copied()
+                .unwrap_or(SupplierName::EsimAccess);
+            (first.as_str().to_owned(), plan_id.to_owned())
+        }
+    }
+}
+
+/// A supplier order about to be written down.
+pub(super) struct NewRow<'a> {
+    pub id: String,
+    pub mode: Mode,
+    pub supplier: String,
+    pub plan_id: &'a str,
+    pub package_code: String,
+    pub units: usize,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The row of a supplier order about to be written down.
+pub(super) fn new_row(args: &SupplierOrdersArgs, new: NewRow<'_>) -> supplier_order::Model {
+    supplier_order::Model {
+        id: new.id,
+        mode: new.mode,
+        package_code: new.package_code,
+        unit_count: i32::try_from(new.units).unwrap_or(i32::MAX),
         order_no: None,
         status: SupplierOrderStatus::Placing,
         attempts: 0,
         last_error: None,
         node_id: args.node_id.to_string(),
-        created_at: now,
-        updated_at: now,
+        created_at: new.created_at,
+        updated_at: time::now(),
+        supplier: new.supplier,
+        plan_id: Some(new.plan_id.to_owned()),
+        successor_id: None,
+        unit_cost_cents: None,
+        calls_sent: 0,
+    }
+}
+
+/// A new supplier order id (the supplier's transaction id).
+pub(super) fn new_id() -> String {
+    format!("so_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// Writes one supplier order down with its units, in one transaction.
+async fn open(
+    args: &SupplierOrdersArgs,
+    mode: Mode,
+    plan_id: &str,
+    unit_ids: &[String],
+    assigned: &mut HashMap<String, usize>,
+) -> Result<String, String> {
+    // A sandbox unit is its own supplier order, named after it.
+    let id = match (mode, unit_ids) {
+        (Mode::Sandbox, [only]) => only.clone(),
+        _ => new_id(),
     };
+    let (supplier, package_code) = match mode {
+        Mode::Live => supplier_for(args, plan_id, assigned),
+        Mode::Sandbox => ("sandbox".to_owned(), plan_id.to_owned()),
+    };
+    let row = new_row(
+        args,
+        NewRow {
+            id: id.clone(),
+            mode,
+            supplier,
+            plan_id,
+            package_code,
+            units: unit_ids.len(),
+            created_at: time::now(),
+        },
+    );
+    let package_code = row.package_code.clone();
+    let supplier = row.supplier.clone();
+    *assigned.entry(supplier.clone()).or_default() += 1;
     let written = async {
         let txn = store::begin_write(&args.db).await?;
         if rows::open(&txn, row, unit_ids).await? {
@@ -367,7 +455,7 @@ async fn open(
     match written.await {
         Ok(true) => {
             crate::metrics::supplier_order_opened(mode.as_str(), unit_ids.len());
-            tracing::info!(transaction_id = %id, mode = mode.as_str(), package_code, units = unit_ids.len(), "supplier order written down");
+            tracing::info!(transaction_id = %id, mode = mode.as_str(), supplier, package_code, units = unit_ids.len(), "supplier order written down");
             Ok(id)
         }
         Ok(false) => Err("a unit is already carried by another supplier order".into()),

@@ -1,0 +1,150 @@
+//! What each supplier delivered and what it cost: the units of one order
+//! with their supplier orders, and the margin per partner and supplier over
+//! a period. A supplier order's `unit_cost_cents` is what the supplier's
+//! answer said (Airalo's `net_price`); where it said nothing (eSIM Access's
+//! order answer carries no price) the plan's cost floor stands in, and the
+//! units priced that way are counted as estimated.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
+use serde::Serialize;
+
+/// One delivered or pending unit of an order and where it went.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnitSupply {
+    /// `po_…_n`.
+    pub unit_id: String,
+    /// `pending`, `delivered` or `refunded`.
+    pub status: String,
+    /// The supplier of its (last) supplier order, if it was carried.
+    pub supplier: Option<String>,
+    /// The supplier order (our transaction id) that carries it now.
+    pub supplier_order_id: Option<String>,
+    /// The supplier's own order number.
+    pub supplier_order_no: Option<String>,
+    /// What the supplier charged for it, when its answer said.
+    pub unit_cost_cents: Option<i64>,
+}
+
+/// One partner's delivered units from one supplier over a period.
+#[derive(Debug, Clone, Serialize)]
+pub struct MarginRow {
+    pub partner_id: String,
+    pub supplier: String,
+    /// Live units delivered.
+    pub units: i64,
+    /// What the partner paid for them.
+    pub revenue_cents: i64,
+    /// What they cost: the supplier's price, else the plan's cost floor.
+    pub cost_cents: i64,
+    /// `revenue_cents - cost_cents`.
+    pub margin_cents: i64,
+    /// Units whose cost is the cost floor (the supplier named no price).
+    pub estimated_cost_units: i64,
+}
+
+/// The units of an order, in unit order, with their supplier orders.
+pub(crate) async fn units_of_order<C: ConnectionTrait>(
+    db: &C,
+    order_id: &str,
+) -> Result<Vec<UnitSupply>, DbErr> {
+    let sql = "SELECT u.id AS unit_id, u.status AS status, so.supplier AS supplier, \
+               so.id AS supplier_order_id, so.order_no AS supplier_order_no, \
+               so.unit_cost_cents AS unit_cost_cents \
+               FROM order_units u LEFT JOIN supplier_orders so ON so.id = u.supplier_txn_id \
+               WHERE u.order_id = $1 ORDER BY u.unit_index";
+    let rows = db
+        .query_all_raw(statement(db, sql, vec![order_id.into()]))
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(UnitSupply {
+                unit_id: row.try_get("", "unit_id")?,
+                status: row.try_get("", "status")?,
+                supplier: row.try_get("", "supplier")?,
+                supplier_order_id: row.try_get("", "supplier_order_id")?,
+                supplier_order_no: row.try_get("", "supplier_order_no")?,
+                unit_cost_cents: row.try_get("", "unit_cost_cents")?,
+            })
+        })
+        .collect()
+}
+
+/// Delivered live units of orders created in `[from, to)`, per partner and
+/// supplier, with revenue, cost and margin; one partner when given.
+pub(crate) async fn margins<C: ConnectionTrait>(
+    db: &C,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    partner_id: Option<&str>,
+) -> Result<Vec<MarginRow>, DbErr> {
+    let mut sql = String::from(
+        "SELECT o.partner_id AS partner_id, COALESCE(so.supplier, 'esim_access') AS supplier, \
+         COUNT(*) AS units, CAST(SUM(o.unit_price_cents) AS BIGINT) AS revenue_cents, \
+         CAST(SUM(COALESCE(so.unit_cost_cents, p.cost_floor_cents, 0)) AS BIGINT) AS cost_cents, \
+         CAST(SUM(CASE WHEN so.unit_cost_cents IS NULL THEN 1 ELSE 0 END) AS BIGINT) \
+         AS estimated_cost_units \
+         FROM order_units u \
+         JOIN orders o ON o.id = u.order_id \
+         LEFT JOIN supplier_orders so ON so.id = u.supplier_txn_id \
+         LEFT JOIN plans p ON p.id = o.plan_id \
+         WHERE u.status = 'delivered' AND o.mode = 'live' \
+         AND o.created_at >= $1 AND o.created_at < $2",
+    );
+    let mut values: Vec<Value> = vec![from.into(), to.into()];
+    if let Some(partner) = partner_id {
+        sql.push_str(" AND o.partner_id = $3");
+        values.push(partner.into());
+    }
+    sql.push_str(
+        " GROUP BY o.partner_id, COALESCE(so.supplier, 'esim_access') \
+         ORDER BY o.partner_id, supplier",
+    );
+    let rows = db.query_all_raw(statement(db, &sql, values)).await?;
+    rows.iter()
+        .map(|row| {
+            let revenue: i64 = sum(row, "revenue_cents")?;
+            let cost: i64 = sum(row, "cost_cents")?;
+            Ok(MarginRow {
+                partner_id: row.try_get("", "partner_id")?,
+                supplier: row.try_get("", "supplier")?,
+                units: sum(row, "units")?,
+                revenue_cents: revenue,
+                cost_cents: cost,
+                margin_cents: revenue - cost,
+                estimated_cost_units: sum(row, "estimated_cost_units")?,
+            })
+        })
+        .collect()
+}
+
+/// An aggregate column, cast to a bigint in the query (PostgreSQL's `SUM`
+/// of a bigint is numeric otherwise).
+fn sum(row: &sea_orm::QueryResult, column: &str) -> Result<i64, DbErr> {
+    row.try_get::<Option<i64>>("", column)
+        .map(|value| value.unwrap_or(0))
+}
+
+/// A statement with `$n` placeholders, as `?` on SQLite.
+fn statement<C: ConnectionTrait>(db: &C, sql: &str, values: Vec<Value>) -> Statement {
+    let backend = db.get_database_backend();
+    let sql = match backend {
+        DbBackend::Sqlite => {
+            let mut out = String::with_capacity(sql.len());
+            let mut chars = sql.chars().peekable();
+            while let Some(c) = chars.next() {
+                if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
+                    while chars.peek().is_some_and(char::is_ascii_digit) {
+                        chars.next();
+                    }
+                    out.push('?');
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        }
+        _ => sql.to_owned(),
+    };
+    Statement::from_sql_and_values(backend, sql, values)
+}
