@@ -156,12 +156,14 @@ async fn an_outage_shorter_than_the_deadline_refunds_nothing() {
         order(&app, &secret, PLAN, 2).await,
         order(&app, &secret, PLAN, 1).await,
     ];
-    // The supplier fails every call, is taken out of the route and fails
-    // its probes too, for longer than five attempts used to last.
-    eventually("the supplier to fail many calls", SETTLE, || async {
+    // A 30-second outage: the supplier fails every call (HTTP 500, nothing
+    // taken), is taken out of the route and fails its probes too.
+    let outage = std::time::Instant::now();
+    eventually("a 30 s outage with many failed calls", SETTLE, || async {
         let view = supplier_view(&app, "esim_access").await;
-        (view["failures"].as_u64().unwrap() >= 8 && view["times_taken_out"].as_u64().unwrap() >= 1)
-            .then_some(())
+        let failed = view["failures"].as_u64().unwrap() >= 8
+            && view["times_taken_out"].as_u64().unwrap() >= 1;
+        (failed && outage.elapsed() >= Duration::from_secs(30)).then_some(())
     })
     .await;
     for id in &ids {
@@ -358,6 +360,23 @@ async fn operators_see_each_supplier_and_the_margins() {
         row["revenue_cents"].as_i64().unwrap() - row["cost_cents"].as_i64().unwrap()
     );
 
+    // The console shows the same.
+    let cookie = crate::console::sign_in(&app).await;
+    let page = app
+        .client
+        .get(format!("{}/console/suppliers", app.operator))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("<h1>Suppliers</h1>") && html.contains("esim_access → airalo"),
+        "{html}"
+    );
+    assert!(html.contains("<code>airalo</code>"), "{html}");
+
     let (status, bad) = read(
         app.operator(Method::GET, "/margins?from=yesterday")
             .send()
@@ -382,6 +401,51 @@ async fn operators_see_each_supplier_and_the_margins() {
             && metrics.contains("supplier=\"airalo\""),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn an_airalo_webhook_is_verified_before_it_wakes_anything() {
+    use hmac::{Hmac, Mac};
+    let app = app_with(&[]).await;
+    let body = br#"{"data":{"id":1,"description":"so_unknown"},"request_id":"r1"}"#;
+    let sign = |secret: &str| {
+        let mut mac = Hmac::<sha2::Sha512>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(body);
+        hex::encode(mac.finalize().into_bytes())
+    };
+    let callback = |signature: Option<String>| {
+        let mut request = app
+            .client
+            .post(format!("{}/callbacks/airalo", app.public))
+            .header("content-type", "application/json")
+            .body(body.to_vec());
+        if let Some(signature) = signature {
+            request = request.header("airalo-signature", signature);
+        }
+        request.send()
+    };
+    // Signed with the account's client secret (the development one here).
+    let (status, answer) = read(
+        callback(Some(sign("sim-airalo-client-secret")))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["received"], true);
+    // A redelivery is acknowledged alike.
+    let (status, _) = read(
+        callback(Some(sign("sim-airalo-client-secret")))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    for forged in [None, Some(sign("another-secret")), Some("00".repeat(64))] {
+        let (status, answer) = read(callback(forged).await.unwrap()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{answer}");
+        assert_eq!(answer["error"]["code"], "auth.invalid_key", "{answer}");
+    }
 }
 
 /// The simulators of a `serve` process of their own, so they outlive the

@@ -8,11 +8,13 @@
 //!   past their deadline, deposit reviews with approve and reject (through
 //!   [`super::reviews`], as the API and the CLI decide), and the live actors
 //!   with recent supervision events.
+//! - [`supply`]: the suppliers, their state and the margins.
 //! - [`sections`] and [`views`]: the HTML.
 
 mod pages;
 mod sections;
 mod session;
+mod supply;
 mod views;
 
 use axum::{
@@ -38,4 +40,5 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/reviews/{id}/approve", post(pages::approve))
         .route("/reviews/{id}/reject", post(pages::reject))
         .route("/actors", get(pages::actors))
+        .route("/suppliers", get(supply::page))
 }

@@ -29,7 +29,7 @@ use crate::{
 const ROWS: u64 = 200;
 
 /// What a page handler answers: the page, or a failure page.
-type Page = Result<Response, Response>;
+pub(super) type Page = Result<Response, Response>;
 
 /// `GET /console`.
 pub(super) async fn overview(operator: Operator, State(state): State<AppState>) -> Page {
@@ -206,7 +206,7 @@ async fn reviews_with(
 }
 
 /// A page of the console, signed in, with `here` marked in the navigation.
-fn shown(operator: &Operator, title: &str, here: &str, content: Markup) -> Response {
+pub(super) fn shown(operator: &Operator, title: &str, here: &str, content: Markup) -> Response {
     views::page(
         StatusCode::OK,
         views::layout(title, here, Some(&operator.csrf), content),
@@ -214,7 +214,7 @@ fn shown(operator: &Operator, title: &str, here: &str, content: Markup) -> Respo
 }
 
 /// The failure page for a database error (logged with its cause).
-fn failed(operator: &Operator, err: sea_orm::DbErr) -> Response {
+pub(super) fn failed(operator: &Operator, err: sea_orm::DbErr) -> Response {
     tracing::error!(error = %err, "console page failed");
     let message = "The database did not answer; the page could not be loaded. Try again shortly.";
     views::page(

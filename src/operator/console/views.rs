@@ -30,12 +30,13 @@ input[type=text],input[type=password]{padding:.3em;min-width:16em}button{padding
 code{font-size:.9em}.muted{color:#5f6b7a}";
 
 /// The sections of the console, for the navigation bar.
-const SECTIONS: [(&str, &str); 5] = [
+const SECTIONS: [(&str, &str); 6] = [
     ("/console", "Overview"),
     ("/console/partners", "Partners"),
     ("/console/orders", "Orders"),
     ("/console/reviews", "Deposit reviews"),
     ("/console/actors", "Actors"),
+    ("/console/suppliers", "Suppliers"),
 ];
 
 /// A page as a response: HTML with the console's security headers, kept
