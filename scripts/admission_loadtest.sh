@@ -5,7 +5,7 @@
 # for DURATION seconds (default 30), several times what the supplier can
 # deliver. The verdict requires refusals at admission with Retry-After and at
 # once, every accepted order delivered in full, equal shares (±20%), and the
-# usual money invariants (README "Admission"; docs/benchmarks.md).
+# usual money invariants (docs/admission.md; docs/benchmarks.md).
 #
 #   scripts/admission_loadtest.sh target/debug/esim-reseller [DATABASE_URL]
 #

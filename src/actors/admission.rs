@@ -24,7 +24,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    domain::admission::{self, Allowance, Backlog, Busy, Capacity, UnitsPerCall},
+    domain::admission::{
+        self, ANY_SELLER, Allowance, Backlog, Busy, Capacity, GroupRoom, Sellers, UnitsPerCall,
+    },
     store::{self, Db},
     supplier::{gate::RateGate, metered::Tally},
 };
@@ -53,18 +55,25 @@ pub struct LaneArgs {
     pub gate: Arc<RateGate>,
 }
 
+/// Which suppliers of the route (one bit per lane, in route order) sell a
+/// plan.
+pub(crate) type SellersOf = Arc<dyn Fn(&str) -> Sellers + Send + Sync>;
+
 /// What admission needs to know about the suppliers.
 pub struct AdmissionArgs {
     /// Every supplier of the route.
     pub lanes: Vec<LaneArgs>,
     /// Seconds of supplier work the backlog may hold.
     pub horizon_seconds: u32,
+    /// The sellers of a plan (all of them when `None`).
+    pub sellers_of: Option<SellersOf>,
 }
 
 /// The node's admission view.
 pub struct Admission {
     lanes: Vec<LaneArgs>,
     horizon_seconds: u32,
+    sellers_of: Option<SellersOf>,
     state: Mutex<State>,
 }
 
@@ -109,6 +118,11 @@ struct State {
     /// may not include them) and since.
     reading: HashMap<String, u64>,
     since: HashMap<String, u64>,
+    /// The same per plan: live units processing at the last reading, and
+    /// admitted here during and since it.
+    plan_read: HashMap<String, u64>,
+    plan_reading: HashMap<String, u64>,
+    plan_since: HashMap<String, u64>,
     /// Refusals by reason since start, and when each partner's were logged.
     refusals: HashMap<Busy, u64>,
     logged: HashMap<(String, Busy), Instant>,
@@ -168,12 +182,16 @@ impl Admission {
             read: HashMap::new(),
             reading: HashMap::new(),
             since: HashMap::new(),
+            plan_read: HashMap::new(),
+            plan_reading: HashMap::new(),
+            plan_since: HashMap::new(),
             refusals: HashMap::new(),
             logged: HashMap::new(),
         };
         Self {
             lanes: args.lanes,
             horizon_seconds: args.horizon_seconds,
+            sellers_of: args.sellers_of,
             state: Mutex::new(state),
         }
     }
@@ -196,6 +214,88 @@ impl Admission {
             active_partners: state.active_partners(self.horizon()),
         };
         admission::allowance(&self.capacity(&state), self.horizon_seconds, backlog)
+    }
+
+    /// What one partner may be admitted now for orders of `plans`: its
+    /// allowance, and for a plan only some suppliers of the route sell, the
+    /// room of those suppliers.
+    pub fn allowance_for<'a>(
+        &self,
+        partner_id: &str,
+        plans: impl Iterator<Item = &'a str>,
+    ) -> Allowance {
+        let allowance = self.allowance(partner_id);
+        let Some(sellers_of) = self.sellers_of.as_ref().filter(|_| self.lanes.len() > 1) else {
+            return allowance;
+        };
+        if !self.is_on() {
+            return allowance;
+        }
+        let asked: HashMap<String, Sellers> = plans
+            .map(|plan| (plan.to_owned(), sellers_of(plan)))
+            .filter(|(_, sellers)| {
+                *sellers != ANY_SELLER && *sellers & self.all_lanes() != self.all_lanes()
+            })
+            .collect();
+        if asked.is_empty() {
+            return allowance;
+        }
+        let groups = self.group_rooms(sellers_of);
+        allowance.with_groups(groups, asked)
+    }
+
+    /// Every lane's bit.
+    fn all_lanes(&self) -> Sellers {
+        match self.lanes.len() {
+            n if n >= 8 => Sellers::MAX,
+            n => (1 << n) - 1,
+        }
+    }
+
+    /// The room left for each strict group of the route's suppliers: what
+    /// they deliver within the horizon, less the backlog of the plans only
+    /// they sell.
+    fn group_rooms(&self, sellers_of: &SellersOf) -> Vec<GroupRoom> {
+        let state = self.lock();
+        let mut held: HashMap<Sellers, u64> = HashMap::new();
+        for map in [&state.plan_read, &state.plan_reading, &state.plan_since] {
+            for (plan, units) in map {
+                *held.entry(sellers_of(plan) & self.all_lanes()).or_default() += units;
+            }
+        }
+        let ups: Vec<f64> = self
+            .lanes
+            .iter()
+            .zip(&state.learnt)
+            .map(|(lane, learnt)| learnt.units_per_second(lane))
+            .collect();
+        (1..self.all_lanes())
+            .map(|group: Sellers| {
+                let drain: f64 = (0..ups.len())
+                    .filter(|i| group & (1 << i) != 0)
+                    .map(|i| ups[i])
+                    .sum();
+                let room = (drain * f64::from(self.horizon_seconds)).floor() as u64;
+                let holding: u64 = held
+                    .iter()
+                    .filter(|(sellers, _)| **sellers != 0 && **sellers & !group == 0)
+                    .map(|(_, units)| units)
+                    .sum();
+                GroupRoom {
+                    sellers: group,
+                    units_left: room.saturating_sub(holding),
+                    drain_per_second: drain,
+                }
+            })
+            .collect()
+    }
+
+    /// Live units of `plan` were admitted.
+    pub fn admitted_plan(&self, plan: &str, units: u64) {
+        if units == 0 || !self.is_on() || self.lanes.len() < 2 {
+            return;
+        }
+        *self.lock().plan_since.entry(plan.to_owned()).or_default() += units;
     }
 
     /// A batch of `partner_id` committed `units` live units.
@@ -244,6 +344,13 @@ impl Admission {
             for (partner, units) in since {
                 *state.reading.entry(partner).or_default() += units;
             }
+            let since = std::mem::take(&mut state.plan_since);
+            for (plan, units) in since {
+                *state.plan_reading.entry(plan).or_default() += units;
+            }
+        }
+        if self.lanes.len() > 1 {
+            self.read_plan_backlog(db).await;
         }
         match store::orders::live_backlog(db).await {
             Ok(read) => {
@@ -369,6 +476,23 @@ impl Admission {
     }
 }
 
+impl Admission {
+    /// Reads the backlog per plan (for the rooms of plans only some
+    /// suppliers sell).
+    async fn read_plan_backlog(&self, db: &Db) {
+        match store::orders::live_backlog_by_plan(db).await {
+            Ok(read) => {
+                let mut state = self.lock();
+                state.plan_read = read;
+                state.plan_reading.clear();
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "could not read the backlog per plan; admission keeps its last view");
+            }
+        }
+    }
+}
+
 /// Notes one supplier's "slow down" answers and, once its learning window
 /// is over, learns how many units one of its calls moves.
 fn learn_lane(lane: &LaneArgs, learnt: &mut Learnt, now: Instant) {
@@ -476,6 +600,7 @@ mod tests {
         let admission = Admission::new(AdmissionArgs {
             lanes: vec![lane],
             horizon_seconds: 40,
+            sellers_of: None,
         });
         (admission, gate)
     }
@@ -487,6 +612,7 @@ mod tests {
         let admission = Admission::new(AdmissionArgs {
             lanes: vec![first, second],
             horizon_seconds: 40,
+            sellers_of: None,
         });
         // (8 + 4) calls/s × 1 unit per call × 40 s.
         assert_eq!(admission.view().room_units, 480);
@@ -498,12 +624,54 @@ mod tests {
     }
 
     #[test]
+    fn a_plan_only_one_supplier_sells_is_admitted_by_that_supplier_s_room() {
+        let (first, _) = lane("esim_access", 8);
+        let (second, _) = lane("airalo", 4);
+        let sellers_of: SellersOf = Arc::new(|plan: &str| match plan {
+            "pl_airalo_only" => 0b10,
+            "pl_esim_access_only" => 0b01,
+            _ => 0b11,
+        });
+        let admission = Admission::new(AdmissionArgs {
+            lanes: vec![first, second],
+            horizon_seconds: 40,
+            sellers_of: Some(sellers_of),
+        });
+        let plans = ["pl_airalo_only", "pl_both"];
+        let mut allowance = admission.allowance_for("pt_a", plans.into_iter());
+        // Airalo alone: 4 calls/s × 1 unit × 40 s = 160 of the 480.
+        assert!(matches!(
+            allowance.take_for(161, "pl_airalo_only"),
+            Err((Busy::Capacity, _))
+        ));
+        assert_eq!(allowance.take_for(160, "pl_airalo_only"), Ok(()));
+        assert!(allowance.take_for(1, "pl_airalo_only").is_err());
+        // Plans both sell still have the rest of the room.
+        assert_eq!(allowance.take_for(300, "pl_both"), Ok(()));
+        // What was admitted stays counted until the backlog is read again.
+        admission.admitted_plan("pl_airalo_only", 150);
+        let mut again = admission.allowance_for("pt_a", plans.into_iter());
+        assert!(again.take_for(11, "pl_airalo_only").is_err());
+        assert_eq!(again.take_for(10, "pl_airalo_only"), Ok(()));
+        // One supplier alone: no group bounds anything.
+        let (only, _) = lane("esim_access", 8);
+        let single = Admission::new(AdmissionArgs {
+            lanes: vec![only],
+            horizon_seconds: 40,
+            sellers_of: Some(Arc::new(|_: &str| 0b1)),
+        });
+        let mut allowance = single.allowance_for("pt_a", ["pl_x"].into_iter());
+        assert_eq!(allowance.take_for(320, "pl_x"), Ok(()));
+    }
+
+    #[test]
     fn one_supplier_without_a_limit_turns_admission_off() {
         let (first, _) = lane("esim_access", 8);
         let (second, _) = lane("airalo", 0);
         let admission = Admission::new(AdmissionArgs {
             lanes: vec![first, second],
             horizon_seconds: 40,
+            sellers_of: None,
         });
         assert!(!admission.is_on());
     }

@@ -8,7 +8,8 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use secrecy::ExposeSecret;
 
 use crate::{
-    actors::admission::{Admission, AdmissionArgs, LaneArgs},
+    actors::admission::{Admission, AdmissionArgs, LaneArgs, SellersOf},
+    catalogue::Catalogue,
     config::{RateLimitBackend, Settings},
     domain::supplier::{Breaker, SupplierName},
     limits::Limiter,
@@ -76,6 +77,7 @@ impl Supply {
     pub(super) async fn start(
         settings: &Settings,
         simulators_addr: Option<SocketAddr>,
+        catalogue: &Arc<Catalogue>,
     ) -> anyhow::Result<Self> {
         // With Redis the supplier's limit is one window for the whole fleet.
         let shared_window = match settings.rate_limit.backend {
@@ -98,6 +100,7 @@ impl Supply {
         let admission = settings.admission.enabled.then(|| {
             Arc::new(Admission::new(AdmissionArgs {
                 lanes,
+                sellers_of: Some(sellers_of(catalogue.clone(), live.clone())),
                 horizon_seconds: settings
                     .admission
                     .horizon(settings.supplier.deadline_seconds),
@@ -179,6 +182,12 @@ fn live_suppliers(
         entries.push(entry(SupplierName::Airalo, Arc::new(client), gate, breaker));
     }
     Ok(SupplierSet::new(route, entries))
+}
+
+/// Which suppliers of the route sell a plan, for admission: bit `i` is the
+/// route's `i`-th supplier.
+fn sellers_of(catalogue: Arc<Catalogue>, live: Arc<SupplierSet>) -> SellersOf {
+    Arc::new(move |plan: &str| live.sellers_mask(&catalogue.snapshot().packages(plan)))
 }
 
 /// One supplier, metered, with its own breaker.

@@ -68,8 +68,38 @@ impl Busy {
     }
 }
 
+/// The suppliers that sell a plan, one bit per supplier of the route (bit
+/// `i`: the route's `i`-th supplier). A plan every supplier sells, or one
+/// of unknown sellers, is [`ANY_SELLER`].
+pub(crate) type Sellers = u8;
+
+/// Every supplier sells it: no group bounds it but the whole room.
+pub(crate) const ANY_SELLER: Sellers = Sellers::MAX;
+
+/// The room left for the plans that only the suppliers of `sellers` sell:
+/// what those suppliers can deliver within the horizon, less what such
+/// plans already hold. A plan only Airalo sells is admitted by Airalo's
+/// capacity, not by the sum over the route.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GroupRoom {
+    /// The suppliers of the group.
+    pub sellers: Sellers,
+    /// Units the group's plans may still be admitted.
+    pub units_left: u64,
+    /// Units per second the group's suppliers deliver together.
+    pub drain_per_second: f64,
+}
+
+impl GroupRoom {
+    /// Whether a plan sold by `sellers` can only go to this group's
+    /// suppliers.
+    fn bounds(&self, sellers: Sellers) -> bool {
+        sellers != 0 && sellers & !self.sellers == 0
+    }
+}
+
 /// How many more live units one partner may be admitted now.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Allowance {
     /// Units left; `None` when admission is off (no supplier limit).
     units_left: Option<u64>,
@@ -82,6 +112,10 @@ pub struct Allowance {
     share_units: u64,
     /// The room's longest wait, in whole seconds: no retry is asked later.
     horizon_seconds: u32,
+    /// Rooms of the plans only some suppliers of the route sell.
+    groups: Vec<GroupRoom>,
+    /// The sellers of the plans asked for, where known.
+    plans: std::collections::HashMap<String, Sellers>,
 }
 
 impl Allowance {
@@ -93,7 +127,42 @@ impl Allowance {
             drain_per_second: 0.0,
             share_units: u64::MAX,
             horizon_seconds: 0,
+            groups: Vec::new(),
+            plans: std::collections::HashMap::new(),
         }
+    }
+
+    /// The same allowance bounded, for plans only some suppliers sell, by
+    /// those suppliers' rooms; `plans` names each asked plan's sellers.
+    pub(crate) fn with_groups(
+        mut self,
+        groups: Vec<GroupRoom>,
+        plans: std::collections::HashMap<String, Sellers>,
+    ) -> Self {
+        self.groups = groups;
+        self.plans = plans;
+        self
+    }
+
+    /// Takes `units` of `plan` if they fit both the partner's allowance and
+    /// the room of the suppliers that sell the plan.
+    pub fn take_for(&mut self, units: u64, plan: &str) -> Result<(), (Busy, u32)> {
+        let sellers = self.plans.get(plan).copied().unwrap_or(ANY_SELLER);
+        for group in self.groups.iter().filter(|g| g.bounds(sellers)) {
+            if units > group.units_left {
+                let seconds = retry_after(
+                    units - group.units_left,
+                    group.drain_per_second,
+                    self.horizon_seconds,
+                );
+                return Err((Busy::Capacity, seconds));
+            }
+        }
+        self.take(units)?;
+        for group in self.groups.iter_mut().filter(|g| g.bounds(sellers)) {
+            group.units_left -= units;
+        }
+        Ok(())
     }
 
     /// Takes `units` if they fit; otherwise says why not and after how many
@@ -106,14 +175,10 @@ impl Allowance {
             self.units_left = Some(left - units);
             return Ok(());
         }
-        let missing = (units - left) as f64;
-        let seconds = if self.drain_per_second > 0.0 {
-            (missing / self.drain_per_second).ceil()
-        } else {
-            f64::from(self.horizon_seconds)
-        };
-        let retry_after = (seconds as u32).clamp(1, self.horizon_seconds.max(1));
-        Err((self.bound_by, retry_after))
+        Err((
+            self.bound_by,
+            retry_after(units - left, self.drain_per_second, self.horizon_seconds),
+        ))
     }
 
     /// Units still admissible (`None`: no limit).
@@ -125,6 +190,17 @@ impl Allowance {
     pub fn share_units(&self) -> u64 {
         self.share_units
     }
+}
+
+/// Seconds until `missing` units drain at `drain_per_second` (at least 1,
+/// at most the horizon).
+fn retry_after(missing: u64, drain_per_second: f64, horizon_seconds: u32) -> u32 {
+    let seconds = if drain_per_second > 0.0 {
+        (missing as f64 / drain_per_second).ceil()
+    } else {
+        f64::from(horizon_seconds)
+    };
+    (seconds as u32).clamp(1, horizon_seconds.max(1))
 }
 
 /// The allowance of one partner given the capacity, the horizon and the
@@ -148,6 +224,8 @@ pub(crate) fn allowance(capacity: &Capacity, horizon_seconds: u32, backlog: Back
         drain_per_second,
         share_units: share,
         horizon_seconds,
+        groups: Vec::new(),
+        plans: std::collections::HashMap::new(),
     }
 }
 

@@ -168,6 +168,8 @@ pub(crate) trait Priced {
     fn total_cents(&self) -> i64;
     /// How many units the supplier must deliver.
     fn units(&self) -> u64;
+    /// The plan: which suppliers can deliver it bounds its admission.
+    fn plan_id(&self) -> &str;
 }
 
 /// One order request as the account sees it.
@@ -335,7 +337,7 @@ fn decide_new<T: Priced>(
         });
     }
     if request.mode == Mode::Live
-        && let Err((busy, retry_after_seconds)) = allowance.take(order.units())
+        && let Err((busy, retry_after_seconds)) = allowance.take_for(order.units(), order.plan_id())
     {
         return Outcome::Refuse(Refusal::SupplierBusy {
             busy,
@@ -376,6 +378,9 @@ mod tests {
         }
         fn units(&self) -> u64 {
             1
+        }
+        fn plan_id(&self) -> &str {
+            "pl_test"
         }
     }
 

@@ -282,6 +282,18 @@ impl SupplierSet {
             .map(|(entry, code)| (entry.name, (*code).to_owned()))
     }
 
+    /// Which suppliers of the route sell a plan: bit `i` for the route's
+    /// `i`-th supplier that this node can reach (the order of admission's
+    /// lanes).
+    pub fn sellers_mask(&self, packages: &Packages) -> u8 {
+        self.in_route()
+            .enumerate()
+            .filter(|(_, entry)| packages.of(entry.name).is_some())
+            .fold(0, |mask, (i, _)| {
+                mask | 1u8.checked_shl(i as u32).unwrap_or(0)
+            })
+    }
+
     /// Whether some supplier of the route has a free placement slot.
     pub fn any_free_slot(&self) -> bool {
         self.in_route().any(|e| e.slots.available_permits() > 0)

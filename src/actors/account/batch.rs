@@ -87,8 +87,8 @@ async fn try_batch(
     requests: &[PlaceOrder],
 ) -> Result<Vec<Decision>, Attempt> {
     state.load_bindings(requests).await?;
-    let allowance = state.allowance();
-    let mut decided = ordering::decide(requests, &state.keys, state.floats, allowance);
+    let allowance = state.allowance(requests);
+    let mut decided = ordering::decide(requests, &state.keys, state.floats, allowance.clone());
     if decided.refused_for_money() {
         // Another node may have credited a deposit: confirm before binding keys.
         let before = state.floats;

@@ -72,6 +72,10 @@ impl Priced for order::Model {
     fn units(&self) -> u64 {
         u64::try_from(self.quantity).unwrap_or(0)
     }
+
+    fn plan_id(&self) -> &str {
+        &self.plan_id
+    }
 }
 
 /// What the account decided.
@@ -218,12 +222,18 @@ impl AccountState {
         Ok(())
     }
 
-    /// The live units this account may be admitted now.
-    fn allowance(&self) -> Allowance {
-        self.args
-            .admission
-            .as_ref()
-            .map_or_else(Allowance::unlimited, |a| a.allowance(&self.args.partner_id))
+    /// The live units this account may be admitted now, for the plans of
+    /// `requests`.
+    fn allowance(&self, requests: &[PlaceOrder]) -> Allowance {
+        let Some(admission) = self.args.admission.as_ref() else {
+            return Allowance::unlimited();
+        };
+        let plans = requests
+            .iter()
+            .filter(|r| r.mode == Mode::Live)
+            .filter_map(|r| r.ask.as_ref().ok())
+            .map(|order| order.plan_id.as_str());
+        admission.allowance_for(&self.args.partner_id, plans)
     }
 
     /// Tells admission what a committed batch admitted and refused.
@@ -236,6 +246,7 @@ impl AccountState {
             match (outcome, &request.ask) {
                 (Outcome::Accept, Ok(order)) if request.mode == Mode::Live => {
                     admitted += order.units();
+                    admission.admitted_plan(&order.plan_id, order.units());
                 }
                 (
                     Outcome::Refuse(Refusal::SupplierBusy {

@@ -140,13 +140,28 @@ pub async fn held_by<C: ConnectionTrait>(db: &C, node: &str) -> Result<Vec<Strin
 /// Live units of orders still processing, per partner: the backlog the
 /// supplier has yet to deliver (every node's orders).
 pub async fn live_backlog<C: ConnectionTrait>(db: &C) -> Result<HashMap<String, u64>, DbErr> {
+    live_units_by(db, order::Column::PartnerId).await
+}
+
+/// Live units of orders still processing, per plan (every node's).
+pub async fn live_backlog_by_plan<C: ConnectionTrait>(
+    db: &C,
+) -> Result<HashMap<String, u64>, DbErr> {
+    live_units_by(db, order::Column::PlanId).await
+}
+
+/// Live units of orders still processing, summed per value of `column`.
+async fn live_units_by<C: ConnectionTrait>(
+    db: &C,
+    column: order::Column,
+) -> Result<HashMap<String, u64>, DbErr> {
     let rows: Vec<(String, Option<i64>)> = order::Entity::find()
         .select_only()
-        .column(order::Column::PartnerId)
+        .column(column)
         .column_as(Expr::col(order::Column::Quantity).sum(), "units")
         .filter(order::Column::Status.eq(OrderStatus::Processing))
         .filter(order::Column::Mode.eq(Mode::Live))
-        .group_by(order::Column::PartnerId)
+        .group_by(column)
         .into_tuple()
         .all(db)
         .await?;
