@@ -16,6 +16,7 @@ pub mod orders;
 pub mod partners;
 pub(crate) mod supplier_orders;
 pub mod supply;
+pub mod verify;
 
 use std::{
     collections::HashMap,
@@ -31,7 +32,12 @@ use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseConnectionType,
     DatabaseTransaction, DbBackend, DbErr, ExecResult, QueryResult, SqlErr, SqliteTransactionMode,
     Statement, TransactionOptions, TransactionTrait,
-    sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous},
+    sqlx::{
+        Postgres,
+        pool::PoolOptions,
+        postgres::PgConnectOptions,
+        sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous},
+    },
 };
 
 use tokio::sync::OwnedMutexGuard;
@@ -42,6 +48,9 @@ use crate::config::DatabaseSettings;
 pub type Db = DatabaseConnection;
 
 /// Opens the pool, creating the SQLite file and its folder on first run.
+///
+/// On PostgreSQL the pool is also bounded against a database host that
+/// vanishes or freezes ([`bound_postgres`]).
 #[tracing::instrument(skip_all, fields(backend))]
 pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<Db> {
     let is_sqlite = settings.url.starts_with("sqlite:");
@@ -55,11 +64,13 @@ pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<Db> {
         (0, false) => 16,
         (n, _) => n,
     };
+    // `connect_timeout` and `acquire_timeout` are one knob in sqlx (the
+    // pool's acquire timeout): see ACQUIRE_TIMEOUT.
     options
         .max_connections(pool_size)
         .min_connections(1)
-        .connect_timeout(Duration::from_secs(5))
-        .acquire_timeout(Duration::from_secs(5))
+        .connect_timeout(ACQUIRE_TIMEOUT)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
         .sqlx_logging(false);
     if is_sqlite {
         let busy = Duration::from_millis(settings.busy_timeout_ms);
@@ -71,11 +82,297 @@ pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<Db> {
                 .foreign_keys(true)
         });
     }
+    let peers = if is_sqlite {
+        None
+    } else {
+        bound_postgres(&mut options, &settings.url).await
+    };
     let db = Database::connect(options)
         .await
         .with_context(|| format!("connecting to the database ({})", redact_url(&settings.url)))?;
     register_write_gate(&db, Duration::from_millis(settings.busy_timeout_ms.max(1)));
+    if let Some(peers) = peers {
+        keep_arming(&db, peers);
+    }
     Ok(db)
+}
+
+// What a database call may cost when the PostgreSQL host vanishes (powered
+// off, partitioned, its port blackholed: packets dropped) or freezes (the
+// process stopped while its kernel still answers TCP). sqlx bounds none of
+// it by itself: it opens a plain `TcpStream` (no keepalive) and has no
+// client-side time-out on a query once a connection is handed out, and
+// sea-orm's `ConnectOptions` only bounds the pool (`acquire_timeout`;
+// `connect_timeout` is the same sqlx knob; `idle_timeout` and `max_lifetime`,
+// left at sqlx's 10 and 30 minutes, recycle connections but bound no call).
+// What each bound below covers, and what it cannot: with them a vanished
+// host holds a call for at most about ten seconds, inside a partner's HTTP
+// time-out (the docs' samples use 30 s; an order waits at most 30 s for its
+// account actor). A *frozen* server behind a live kernel, on a connection
+// already handed out, is bounded by none of them: the proxy in front must
+// cut those sessions when its check fails (docs/reliability.md, "PostgreSQL
+// failover"), or the call waits until the server resumes.
+
+/// Bounds getting a connection from the pool: waiting for a free one, and
+/// opening a new one (TCP connect, startup and authentication, the
+/// keepalive setup below) and the liveness ping of an idle one
+/// (`test_before_acquire`, sqlx's default). A frozen or vanished host costs
+/// a request at most this long at acquire (`PoolTimedOut`, a 500). It cannot
+/// bound a statement on a connection already handed out.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// PostgreSQL's `lock_timeout`, set per connection at startup (no round
+/// trip): the *server* gives up a wait for a lock held this long, for
+/// instance a float row or an Idempotency-Key held by the open transaction
+/// of a node that froze. A frozen or vanished server ends no wait: the TCP
+/// bounds below and the proxy in front are for that. A database URL that
+/// names `lock_timeout` in its `options` keeps its own.
+///
+/// `statement_timeout` is deliberately not set: on a COMMIT waiting for the
+/// synchronous standby it does not fail the commit, it ends the wait with a
+/// WARNING ("canceling wait for synchronous replication ... already committed
+/// locally") and reports success, so an order would be acknowledged that only
+/// the primary holds, and a failover to the standby would lose it.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// PostgreSQL's `idle_in_transaction_session_timeout`: the server ends a
+/// session left inside a transaction this long, so a node that froze or
+/// vanished mid-transaction does not hold its row locks (a partner's float,
+/// an order's claim) against the other nodes. No transaction here waits on
+/// anything but the database, so an idle one is a lost client.
+const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// TCP keepalive on the pool's sockets: after this long without traffic the
+/// kernel probes the peer every [`KEEPALIVE_INTERVAL`], so a connection to a
+/// host that vanished while it sat idle (or while a statement was answered
+/// by nothing) is found dead instead of waiting on the system default of two
+/// hours.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+const KEEPALIVE_PROBES: u32 = 3;
+
+/// `TCP_USER_TIMEOUT`: data sent (a query, a commit) and not acknowledged by
+/// the peer's kernel for this long aborts the connection, and it also caps
+/// unanswered keepalive probes. Together with keepalive a call on a host
+/// whose packets are dropped fails within about ten seconds instead of the
+/// kernel's ~15 minutes of retransmissions. Neither sees a *frozen* process
+/// whose kernel still acknowledges (SIGSTOP, a proxy in front of a stopped
+/// server): HAProxy's `on-marked-down shutdown-sessions` cuts those.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The PostgreSQL-only bounds: server-side time-outs in the startup options,
+/// and TCP keepalive with a user time-out on every socket the pool opens.
+/// Returns the database's addresses when keepalive is set up.
+async fn bound_postgres(
+    options: &mut ConnectOptions,
+    url: &str,
+) -> Option<Arc<Vec<std::net::SocketAddr>>> {
+    let named = |name: &str| url.contains(name);
+    let mut server_side = Vec::new();
+    if !named("lock_timeout") {
+        server_side.push(("lock_timeout", LOCK_TIMEOUT.as_millis()));
+    }
+    if !named("idle_in_transaction_session_timeout") {
+        server_side.push((
+            "idle_in_transaction_session_timeout",
+            IDLE_IN_TRANSACTION_TIMEOUT.as_millis(),
+        ));
+    }
+    options.map_sqlx_postgres_opts(move |opts: PgConnectOptions| {
+        opts.options(server_side.iter().copied())
+    });
+    // sqlx has no hook on its socket (sqlx-core `net::connect_tcp` opens a
+    // plain `tokio::net::TcpStream`), so once a connection is up its socket
+    // is found among this process's descriptors by its peer address.
+    let peers = database_addresses(url).await;
+    if peers.is_empty() {
+        return None;
+    }
+    let peers = Arc::new(peers);
+    let hooked = peers.clone();
+    options.map_sqlx_postgres_pool_opts(move |pool: PoolOptions<Postgres>| {
+        let peers = hooked.clone();
+        pool.after_connect(move |_conn, _meta| {
+            let peers = peers.clone();
+            Box::pin(async move {
+                keepalive::arm_sockets_to(&peers);
+                Ok(())
+            })
+        })
+    });
+    Some(peers)
+}
+
+/// Arms, every [`KEEPALIVE_IDLE`] while the pool is open, the database
+/// sockets opened without the pool's `after_connect`: the changes listener
+/// keeps a pool of its own (`changes::subscribe`) whose connection, opened
+/// again after a failover, would otherwise go without keepalive.
+fn keep_arming(db: &Db, peers: Arc<Vec<std::net::SocketAddr>>) {
+    let DatabaseConnectionType::SqlxPostgresPoolConnection(_) = &db.inner else {
+        return;
+    };
+    let pool = db.get_postgres_connection_pool().clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(KEEPALIVE_IDLE);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !pool.is_closed() {
+            every.tick().await;
+            keepalive::arm_sockets_to(&peers);
+        }
+    });
+}
+
+/// The addresses the database URL's host resolves to (none for a Unix
+/// socket or a name that does not resolve now: keepalive is then skipped).
+async fn database_addresses(url: &str) -> Vec<std::net::SocketAddr> {
+    let Ok(opts) = PgConnectOptions::from_str(url) else {
+        return Vec::new();
+    };
+    let host = opts.get_host().trim_matches(|c| c == '[' || c == ']');
+    if opts.get_socket().is_some() || host.starts_with('/') {
+        return Vec::new();
+    }
+    match tokio::net::lookup_host((host, opts.get_port())).await {
+        Ok(found) => found.collect(),
+        Err(err) => {
+            tracing::warn!(error = %err, "database host did not resolve: no TCP keepalive");
+            Vec::new()
+        }
+    }
+}
+
+/// TCP keepalive and a user time-out on this process's sockets to the
+/// database, set from the pool's `after_connect`.
+mod keepalive {
+    use std::net::SocketAddr;
+
+    /// Arms every socket of this process whose peer is one of `peers` and
+    /// whose keepalive is still off: the connection just opened, or any
+    /// other opened without the pool's hook (the changes listener's).
+    /// Failures are logged and never fail the connection.
+    #[cfg(target_os = "linux")]
+    pub(super) fn arm_sockets_to(peers: &[SocketAddr]) {
+        let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            let is_socket = std::fs::read_link(entry.path())
+                .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
+            if is_socket
+                && sys::peer(fd).is_some_and(|peer| peers.contains(&peer))
+                && let Err(err) = sys::arm(fd)
+            {
+                tracing::warn!(error = %err, "could not set TCP keepalive on a database socket");
+            }
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn arm_sockets_to(_peers: &[SocketAddr]) {}
+
+    /// The few socket calls needed, straight from the C library (Linux).
+    #[cfg(target_os = "linux")]
+    mod sys {
+        use std::{
+            ffi::c_void,
+            io,
+            net::{Ipv4Addr, Ipv6Addr, SocketAddr},
+        };
+
+        use super::super::{
+            KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES, TCP_USER_TIMEOUT,
+        };
+
+        unsafe extern "C" {
+            fn getpeername(fd: i32, addr: *mut c_void, len: *mut u32) -> i32;
+            fn getsockopt(fd: i32, level: i32, name: i32, value: *mut c_void, len: *mut u32)
+            -> i32;
+            fn setsockopt(fd: i32, level: i32, name: i32, value: *const c_void, len: u32) -> i32;
+        }
+
+        const SOL_SOCKET: i32 = 1;
+        const SO_KEEPALIVE: i32 = 9;
+        const IPPROTO_TCP: i32 = 6;
+        const TCP_KEEPIDLE: i32 = 4;
+        const TCP_KEEPINTVL: i32 = 5;
+        const TCP_KEEPCNT: i32 = 6;
+        const TCP_USER_TIMEOUT_OPT: i32 = 18;
+        const AF_INET: u16 = 2;
+        const AF_INET6: u16 = 10;
+
+        /// The socket's peer, if it is a connected IPv4 or IPv6 socket.
+        pub(super) fn peer(fd: i32) -> Option<SocketAddr> {
+            let mut buf = [0_u8; 128]; // a sockaddr_storage
+            let mut len = buf.len() as u32;
+            // SAFETY: `buf` is writable for `len` bytes and getpeername
+            // writes at most that many; an fd that is not a socket (or was
+            // closed meanwhile) only makes it fail.
+            if unsafe { getpeername(fd, buf.as_mut_ptr().cast(), &mut len) } != 0 {
+                return None;
+            }
+            let family = u16::from_ne_bytes([buf[0], buf[1]]);
+            let port = u16::from_be_bytes([buf[2], buf[3]]);
+            match family {
+                AF_INET if len >= 8 => {
+                    let ip = Ipv4Addr::new(buf[4], buf[5], buf[6], buf[7]);
+                    Some(SocketAddr::new(ip.into(), port))
+                }
+                AF_INET6 if len >= 24 => {
+                    let octets: [u8; 16] = buf[8..24].try_into().ok()?;
+                    Some(SocketAddr::new(Ipv6Addr::from(octets).into(), port))
+                }
+                _ => None,
+            }
+        }
+
+        /// Keepalive on, with the module's timings, unless already on.
+        pub(super) fn arm(fd: i32) -> io::Result<()> {
+            if get(fd, SOL_SOCKET, SO_KEEPALIVE)? != 0 {
+                return Ok(());
+            }
+            let secs = |d: std::time::Duration| d.as_secs() as i32;
+            set(fd, IPPROTO_TCP, TCP_KEEPIDLE, secs(KEEPALIVE_IDLE))?;
+            set(fd, IPPROTO_TCP, TCP_KEEPINTVL, secs(KEEPALIVE_INTERVAL))?;
+            set(fd, IPPROTO_TCP, TCP_KEEPCNT, KEEPALIVE_PROBES as i32)?;
+            let user_timeout = TCP_USER_TIMEOUT.as_millis() as i32;
+            set(fd, IPPROTO_TCP, TCP_USER_TIMEOUT_OPT, user_timeout)?;
+            set(fd, SOL_SOCKET, SO_KEEPALIVE, 1)
+        }
+
+        fn get(fd: i32, level: i32, name: i32) -> io::Result<i32> {
+            let mut value = 0_i32;
+            let mut len = size_of::<i32>() as u32;
+            // SAFETY: `value` is a writable int and `len` says so.
+            let rc = unsafe { getsockopt(fd, level, name, (&raw mut value).cast(), &mut len) };
+            if rc == 0 {
+                Ok(value)
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        }
+
+        fn set(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
+            // SAFETY: `value` is a readable int and the length says so;
+            // setting an option changes nothing but that socket's option.
+            let rc = unsafe {
+                setsockopt(
+                    fd,
+                    level,
+                    name,
+                    (&raw const value).cast(),
+                    size_of::<i32>() as u32,
+                )
+            };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        }
+    }
 }
 
 /// Applies every pending migration.
