@@ -81,6 +81,7 @@
 pub(crate) mod actors;
 pub mod app;
 pub(crate) mod auth;
+pub mod backup;
 pub mod catalogue;
 pub mod config;
 pub(crate) mod deposits;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use esim_reseller::{
     app::{Application, shutdown_signal},
+    backup,
     config::{Settings, Sources},
     operator::cli::{self, AdminArgs},
     store, telemetry,
@@ -36,6 +37,19 @@ enum Command {
     Loadtest(esim_reseller::loadtest::LoadtestArgs),
     /// Print the OpenAPI document of the partner API.
     Openapi,
+    /// Copy the running service's SQLite database, consistently and without
+    /// stopping it, then check the copy.
+    Backup {
+        /// Where to write the copy (must not exist).
+        #[arg(long)]
+        to: std::path::PathBuf,
+    },
+    /// Check a copy of the database: SQLite's integrity check and the money
+    /// invariants (exit status 1 naming the first problem).
+    Verify {
+        /// The copy to check.
+        file: std::path::PathBuf,
+    },
     /// Inspect the configuration.
     Config {
         #[command(subcommand)]
@@ -118,6 +132,52 @@ async fn run(command: Command) -> anyhow::Result<u8> {
         Command::Openapi => {
             print!("{}", esim_reseller::http::openapi::to_json());
             Ok(0)
+        }
+        Command::Backup { to } => backup(&to).await,
+        Command::Verify { file } => match backup::verify(&file).await {
+            Ok(held) => {
+                println!(
+                    "ok: {} passed SQLite's integrity check and every money invariant ({} orders, {} partners)",
+                    file.display(),
+                    held.orders,
+                    held.partners
+                );
+                Ok(0)
+            }
+            Err(unfit) => {
+                println!("FAILED: {unfit}");
+                Ok(1)
+            }
+        },
+    }
+}
+
+/// `backup --to FILE`: the configured SQLite database, copied and checked.
+async fn backup(to: &std::path::Path) -> anyhow::Result<u8> {
+    let settings = Settings::load(&Sources::from_process())?;
+    if !backup::is_sqlite(&settings.database.url) {
+        anyhow::bail!(
+            "`backup` copies the embedded SQLite database; `database.url` is not SQLite (back PostgreSQL up with its own tools)"
+        );
+    }
+    let db = backup::connect(&settings.database).await?;
+    let report = backup::take(&db, to).await?;
+    println!(
+        "copied {} bytes in {} ms to {}: {} orders, {} partners",
+        report.bytes,
+        report.took_ms,
+        report.path.display(),
+        report.orders,
+        report.partners
+    );
+    match backup::verify(to).await {
+        Ok(_) => {
+            println!("verified: SQLite's integrity check and every money invariant pass");
+            Ok(0)
+        }
+        Err(unfit) => {
+            println!("FAILED: the copy does not verify: {unfit}");
+            Ok(1)
         }
     }
 }

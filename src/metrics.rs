@@ -47,6 +47,12 @@ pub(crate) const PROVISIONING_DURATION: &str = "esim_provisioning_duration_secon
 pub(crate) const SUPPLIER_CALLS: &str = "esim_supplier_calls_total";
 pub(crate) const SUPPLIER_SLOW_DOWNS: &str = "esim_supplier_slow_downs_total";
 pub(crate) const SUPPLIER_ORDER_UNITS: &str = "esim_supplier_order_units";
+/// Seconds since the last good periodic backup.
+pub(crate) const BACKUP_AGE: &str = "esim_backup_age_seconds";
+/// Unix time of the last good periodic backup.
+pub(crate) const BACKUP_LAST: &str = "esim_backup_last_success_timestamp_seconds";
+/// Size of the last good periodic backup, in bytes.
+pub(crate) const BACKUP_BYTES: &str = "esim_backup_size_bytes";
 /// Times a supplier's breaker took it out of the route: `supplier`.
 pub(crate) const SUPPLIER_BREAKER_OPENS: &str = "esim_supplier_breaker_opens_total";
 /// Units moved from one supplier to the next: `from`, `to`, `reason`.
@@ -73,6 +79,14 @@ pub(crate) const DB_POOL_MAX: &str = "esim_db_pool_max_connections";
 /// `catalogue`, or `failed_auth` when the source's failed-authentication
 /// budget is spent).
 pub(crate) const RATE_LIMIT_REJECTIONS: &str = "esim_rate_limit_rejections_total";
+/// Whether this node counts its rate-limit windows in Redis (1) or, Redis
+/// not answering, in its own memory (0). Only with `rate_limit.backend = redis`.
+pub(crate) const RATE_LIMIT_REDIS_UP: &str = "esim_rate_limit_redis_up";
+/// Rate-limit calls to Redis that failed or outlasted `rate_limit.redis_timeout_ms`.
+pub(crate) const RATE_LIMIT_REDIS_FAILURES: &str = "esim_rate_limit_redis_failures_total";
+/// Rate-limit calls (window counts, failed-authentication budget reads)
+/// answered from the node's memory because Redis was down.
+pub(crate) const RATE_LIMIT_REDIS_FALLBACKS: &str = "esim_rate_limit_redis_fallbacks_total";
 /// Failed authentications of partner requests (each one consumes the
 /// source's budget): `code` (`auth.missing`, `auth.invalid_key`, `auth.key_expired`).
 pub(crate) const AUTH_FAILURES: &str = "esim_auth_failures_total";
@@ -156,6 +170,7 @@ fn describe() {
     describe_requests();
     describe_outside();
     describe_internals();
+    describe_rate_limit_redis();
 }
 
 /// HTTP requests, orders and their provisioning.
@@ -193,6 +208,20 @@ fn describe_outside() {
     describe_counter!(
         SUPPLIER_SLOW_DOWNS,
         "Answers of the supplier that said to slow down (rate limit); every call of the node paused."
+    );
+    describe_gauge!(
+        BACKUP_AGE,
+        metrics::Unit::Seconds,
+        "Seconds since the last good (verified) periodic backup of the SQLite database."
+    );
+    describe_gauge!(
+        BACKUP_LAST,
+        "Unix time of the last good (verified) periodic backup."
+    );
+    describe_gauge!(
+        BACKUP_BYTES,
+        metrics::Unit::Bytes,
+        "Size of the last good periodic backup."
     );
     describe_counter!(
         SUPPLIER_BREAKER_OPENS,
@@ -268,6 +297,22 @@ fn describe_internals() {
     describe_gauge!(
         ADMISSION_ACTIVE_PARTNERS,
         "Partners with live units in the backlog."
+    );
+}
+
+/// Redis behind the rate limits.
+fn describe_rate_limit_redis() {
+    describe_gauge!(
+        RATE_LIMIT_REDIS_UP,
+        "Whether rate-limit windows are counted in Redis (1) or, Redis not answering, in this node's memory (0)."
+    );
+    describe_counter!(
+        RATE_LIMIT_REDIS_FAILURES,
+        "Rate-limit calls to Redis that failed or outlasted rate_limit.redis_timeout_ms."
+    );
+    describe_counter!(
+        RATE_LIMIT_REDIS_FALLBACKS,
+        "Rate-limit calls answered from this node's memory instead of Redis because Redis was down."
     );
 }
 
@@ -407,6 +452,18 @@ pub(crate) fn admission_view(capacity: f64, room: u64, backlog: u64, active_part
     gauge!(ADMISSION_ACTIVE_PARTNERS).set(active_partners as f64);
 }
 
+/// A periodic backup was taken and verified.
+pub(crate) fn backup_taken(at: DateTime<Utc>, bytes: u64, _took_ms: u128) {
+    gauge!(BACKUP_LAST).set(at.timestamp() as f64);
+    gauge!(BACKUP_BYTES).set(bytes as f64);
+    gauge!(BACKUP_AGE).set(0.0);
+}
+
+/// The age of the last good backup.
+pub(crate) fn backup_age(age: Duration) {
+    gauge!(BACKUP_AGE).set(age.as_secs_f64());
+}
+
 /// A supplier's breaker opened.
 pub(crate) fn supplier_breaker_opened(supplier: &'static str) {
     counter!(SUPPLIER_BREAKER_OPENS, "supplier" => supplier).increment(1);
@@ -451,6 +508,21 @@ pub(crate) fn actor_restarted(kind: &'static str) {
 /// A request refused with 429 (`class`: the rate class, or `failed_auth`).
 pub(crate) fn rate_limited(class: &'static str) {
     counter!(RATE_LIMIT_REJECTIONS, "class" => class).increment(1);
+}
+
+/// Whether rate-limit windows are counted in Redis now.
+pub(crate) fn rate_limit_redis_up(up: bool) {
+    gauge!(RATE_LIMIT_REDIS_UP).set(if up { 1.0 } else { 0.0 });
+}
+
+/// A rate-limit call to Redis failed or outlasted its bound.
+pub(crate) fn rate_limit_redis_failure() {
+    counter!(RATE_LIMIT_REDIS_FAILURES).increment(1);
+}
+
+/// A rate-limit call was answered from memory because Redis was down.
+pub(crate) fn rate_limit_redis_fallback() {
+    counter!(RATE_LIMIT_REDIS_FALLBACKS).increment(1);
 }
 
 /// A failed authentication of a partner request, by its error code.

@@ -72,6 +72,10 @@ pub struct Shared {
     pub catalogue: Arc<Catalogue>,
     /// What Airalo signs its webhooks with (the account's client secret).
     pub airalo_webhook_secret: secrecy::SecretString,
+    /// When this node last took a good periodic backup.
+    pub last_backup: crate::backup::LastBackup,
+    /// Whether this node takes periodic backups.
+    pub backups_on: bool,
     /// Signs and verifies pagination cursors.
     pub cursors: CursorCodec,
     /// The account actors.

@@ -149,6 +149,15 @@ impl Application {
                 ),
             ));
         }
+        if let Some(schedule) = self.tuning.backup.clone() {
+            tracing::info!(every_seconds = schedule.every.as_secs(), dir = %schedule.dir.display(), keep = schedule.keep, "periodic backups on");
+            loops.push(tokio::spawn(crate::backup::run_periodic(
+                state.db.clone(),
+                schedule,
+                state.last_backup.clone(),
+                stop.clone(),
+            )));
+        }
         if let Some(every) = self.tuning.deposit_reconcile {
             loops.push(tokio::spawn(crate::deposits::reconcile_until_stopped(
                 state.deposits.clone(),

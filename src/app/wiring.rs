@@ -62,7 +62,7 @@ impl Application {
         store::nodes::beat(&db, &node_id, heartbeat.started_at, heartbeat.started_at).await?;
         tracing::info!(node_id = %node_id, "node starting");
         let sims = simulators(&settings, listeners.public_addr);
-        let supply = Supply::start(&settings, listeners.simulators_addr).await?;
+        let supply = Supply::start(&settings, listeners.simulators_addr, &catalogue).await?;
         let actors = Actors::start(
             &settings,
             &db,
@@ -352,6 +352,8 @@ pub(super) struct Tuning {
     pub(super) connection_limits: ConnectionLimits,
     /// Whether `/metrics` asks for the operator token.
     pub(super) metrics_require_token: bool,
+    /// Periodic backups of the SQLite database, when configured.
+    pub(super) backup: Option<crate::backup::Schedule>,
 }
 
 impl Tuning {
@@ -371,6 +373,12 @@ impl Tuning {
                 max_header_bytes: settings.http.max_header_bytes,
             },
             metrics_require_token: settings.metrics_require_token(),
+            backup: (settings.backup.every_minutes > 0.0).then(|| crate::backup::Schedule {
+                every: Duration::try_from_secs_f64(settings.backup.every_minutes * 60.0)
+                    .unwrap_or(Duration::from_secs(60)),
+                dir: settings.backup.dir.clone(),
+                keep: settings.backup.keep,
+            }),
         }
     }
 }
@@ -424,6 +432,8 @@ async fn shared_state(
         deposits: actors.deposits.clone(),
         catalogue,
         airalo_webhook_secret: settings.airalo.client_secret.clone(),
+        last_backup: crate::backup::LastBackup::default(),
+        backups_on: settings.backup.every_minutes > 0.0,
         admission: supply.admission,
         cursors: CursorCodec::new(settings.cursor.secret.expose_secret().as_bytes()),
         db,

@@ -129,6 +129,19 @@ fn node(s: &Settings) -> anyhow::Result<()> {
     if s.sandbox.initial_float_cents < 0 {
         bail!("invalid configuration: `sandbox.initial_float_cents` must not be negative");
     }
+    if !(0.0..=525_600.0).contains(&s.backup.every_minutes) {
+        bail!(
+            "invalid configuration: `backup.every_minutes` must be 0 (off) or a positive number of minutes up to a year"
+        );
+    }
+    if s.backup.every_minutes > 0.0 && !s.database.url.starts_with("sqlite:") {
+        bail!(
+            "invalid configuration: `backup.every_minutes` backs up the embedded SQLite database; with PostgreSQL use its own tools (a synchronous standby, pg_basebackup)"
+        );
+    }
+    if s.backup.every_minutes > 0.0 && s.backup.keep == 0 {
+        bail!("invalid configuration: `backup.keep` must be at least 1");
+    }
     if s.payments.invoice_minutes == 0 {
         bail!("invalid configuration: `payments.invoice_minutes` must be above 0");
     }

@@ -50,6 +50,8 @@ pub enum AdminCommand {
     /// Money on a partner's floats.
     #[command(subcommand)]
     Money(MoneyCommand),
+    /// Where rate-limit windows are counted, and whether Redis answers.
+    RateLimits,
     /// The suppliers: their state, an order's supply, margins.
     #[command(subcommand)]
     Suppliers(SuppliersCommand),
@@ -333,6 +335,7 @@ fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<Request>> {
         AdminCommand::Actors => (Method::GET, "/actors".to_owned(), None),
         AdminCommand::Admission => (Method::GET, "/admission".to_owned(), None),
         AdminCommand::Suppliers(command) => suppliers_request(command),
+        AdminCommand::RateLimits => (Method::GET, "/rate-limits".to_owned(), None),
     }])
 }
 

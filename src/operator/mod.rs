@@ -8,6 +8,7 @@ pub mod cli;
 pub(crate) mod client;
 mod console;
 mod keys;
+mod limits;
 pub(crate) mod money;
 mod partners;
 pub(crate) mod reviews;
@@ -58,6 +59,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route("/keys/{id}", patch(keys::update))
         .route("/actors", get(actors::list))
         .route("/admission", get(actors::admission))
+        .route("/rate-limits", get(limits::status))
         .route("/suppliers", get(suppliers::list))
         .route("/orders/{id}/supply", get(suppliers::order_supply))
         .route("/margins", get(suppliers::margins))

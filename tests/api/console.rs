@@ -157,6 +157,13 @@ async fn the_console_asks_for_the_operator_token_and_keeps_a_signed_expiring_ses
         "{}",
         overview.body
     );
+    assert!(
+        overview
+            .body
+            .contains("Last good backup: periodic backups are off"),
+        "{}",
+        overview.body
+    );
     let policy = overview.headers[header::CONTENT_SECURITY_POLICY]
         .to_str()
         .unwrap();

@@ -5,6 +5,7 @@
 mod admission;
 mod auth;
 mod authz;
+mod backup;
 mod browser;
 mod catalogue;
 mod connections;
@@ -25,6 +26,7 @@ mod openapi;
 mod operator;
 mod orders;
 mod rate_limits;
+mod redis_outage;
 mod reviews;
 mod revocation;
 mod secrets;

@@ -45,6 +45,13 @@ pub(super) async fn overview(operator: Operator, State(state): State<AppState>) 
             .map_err(db_failed)?,
         live_actors: state.accounts.load().live,
         restarts: state.accounts.total_restarts(),
+        last_backup: state.last_backup.at(),
+        backups_on: state.backups_on,
+        redis: state
+            .limiter
+            .view()
+            .redis
+            .map(|redis| (redis.state, redis.since)),
     };
     Ok(shown(
         &operator,

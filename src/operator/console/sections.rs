@@ -17,6 +17,13 @@ pub(super) struct Counts {
     pub orders_needing_attention: u64,
     pub live_actors: usize,
     pub restarts: u32,
+    /// When this node last took a good periodic backup, and whether
+    /// periodic backups are on.
+    pub last_backup: Option<chrono::DateTime<chrono::Utc>>,
+    pub backups_on: bool,
+    /// With the Redis rate-limit backend: its state (`up`, `down`,
+    /// `probing`) and since when.
+    pub redis: Option<(&'static str, chrono::DateTime<chrono::Utc>)>,
 }
 
 pub(super) fn overview(counts: &Counts, events: &[SupervisionEvent]) -> Markup {
@@ -27,8 +34,39 @@ pub(super) fn overview(counts: &Counts, events: &[SupervisionEvent]) -> Markup {
             a.tile href="/console/partners" { b { (counts.partners) } "partners" }
             a.tile href="/console/actors" { b { (counts.live_actors) } "live account actors, " (counts.restarts) " restarts" }
         }
+        (outside(counts))
         h2 { "Recent supervision events" }
         (events_table(&events[..events.len().min(10)]))
+    }
+}
+
+/// Backups and Redis, where they matter.
+fn outside(counts: &Counts) -> Markup {
+    html! {
+        p {
+            "Last good backup: "
+            @match (counts.backups_on, counts.last_backup) {
+                (false, _) => { "periodic backups are off (backup.every_minutes)" }
+                (true, None) => { span.low { "none yet since this node started" } }
+                (true, Some(at)) => { (when(at)) " (" (minutes_ago(at)) ")" }
+            }
+            @if let Some((state, since)) = counts.redis {
+                ". Rate-limit Redis: "
+                @if state == "up" { "up" } @else {
+                    span.low { (state) ", counting in memory since " (when(since)) }
+                }
+            }
+            "."
+        }
+    }
+}
+
+fn minutes_ago(at: chrono::DateTime<chrono::Utc>) -> String {
+    let minutes = (chrono::Utc::now() - at).num_minutes().max(0);
+    match minutes {
+        0 => "less than a minute ago".to_owned(),
+        1 => "1 minute ago".to_owned(),
+        n => format!("{n} minutes ago"),
     }
 }
 
