@@ -77,6 +77,11 @@
 //! flow.
 
 #![warn(unreachable_pub)]
+// The tour above links the crate's private modules: the documentation is
+// for the crate's developers and is built with `--document-private-items`
+// (CI: `cargo doc --no-deps --document-private-items` with warnings denied),
+// where every such link resolves.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub(crate) mod actors;
 pub mod app;

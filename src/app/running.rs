@@ -77,7 +77,11 @@ impl Application {
         };
         let public = serve(
             bound.public,
-            tracked("public", public_router(&self.state), self.tuning.body_limit),
+            tracked(
+                "public",
+                public_router(&self.state, self.tuning.request_timeout),
+                self.tuning.body_limit,
+            ),
             self.tuning.connection_limits,
             stop.clone(),
         );
@@ -209,12 +213,38 @@ impl Application {
 }
 
 /// The partner API, the reference pages and the provider callbacks.
-fn public_router(state: &AppState) -> Router {
+fn public_router(state: &AppState, request_timeout: Duration) -> Router {
     Router::new()
         .nest("/partner/v1", http::partner_routes(state))
         .nest("/docs", docs::routes())
         .nest("/callbacks", http::callback_routes())
         .with_state(state.clone())
+        .layer(middleware::from_fn_with_state(request_timeout, bounded))
+}
+
+/// Answers 503 `service_unavailable` (retryable) when a request outlasts
+/// `http.request_timeout_ms`. An order whose answer is cut off this way may
+/// still be committed by its account actor: the partner's retry with the
+/// same Idempotency-Key gets it once.
+async fn bounded(
+    State(limit): State<Duration>,
+    request: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::warn!(
+                limit_ms = limit.as_millis() as u64,
+                "request outlasted http.request_timeout_ms; answered 503"
+            );
+            ApiError::new(ErrorCode::ServiceUnavailable)
+                .with_message("The request took too long; retry it (with the same Idempotency-Key for an order).")
+                .with_extra("retryable", true)
+                .into_response()
+        }
+    }
 }
 
 /// The operator API and `/metrics` (behind the operator token if asked).

@@ -354,6 +354,8 @@ pub(super) struct Tuning {
     pub(super) metrics_require_token: bool,
     /// Periodic backups of the SQLite database, when configured.
     pub(super) backup: Option<crate::backup::Schedule>,
+    /// Longest a partner request may take.
+    pub(super) request_timeout: Duration,
 }
 
 impl Tuning {
@@ -373,6 +375,7 @@ impl Tuning {
                 max_header_bytes: settings.http.max_header_bytes,
             },
             metrics_require_token: settings.metrics_require_token(),
+            request_timeout: Duration::from_millis(settings.http.request_timeout_ms),
             backup: (settings.backup.every_minutes > 0.0).then(|| crate::backup::Schedule {
                 every: Duration::try_from_secs_f64(settings.backup.every_minutes * 60.0)
                     .unwrap_or(Duration::from_secs(60)),

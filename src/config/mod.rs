@@ -171,6 +171,10 @@ pub struct HttpSettings {
     pub header_read_timeout_ms: u64,
     /// Largest request head (request line and headers), in bytes.
     pub max_header_bytes: usize,
+    /// Longest a partner request may take before it is answered 503
+    /// `service_unavailable` (retryable), whatever holds it (a frozen
+    /// database host, a stuck dependency).
+    pub request_timeout_ms: u64,
 }
 
 /// `[operator]`

@@ -37,6 +37,9 @@ fn service(s: &Settings) -> anyhow::Result<()> {
     if s.cursor.secret.expose_secret().len() < 16 {
         bail!("invalid configuration: `cursor.secret` must be at least 16 characters");
     }
+    if s.http.request_timeout_ms < 100 {
+        bail!("invalid configuration: `http.request_timeout_ms` must be at least 100");
+    }
     if s.http.body_limit_bytes < 1024 {
         bail!("invalid configuration: `http.body_limit_bytes` must be at least 1024");
     }

@@ -590,3 +590,24 @@ async fn a_kill_9_in_the_middle_of_a_failover_never_buys_a_unit_twice() {
     node.terminate().await;
     sims.serve.terminate().await;
 }
+
+#[tokio::test]
+async fn a_request_held_past_the_http_timeout_is_answered_503_retryable() {
+    let app = app_with(&[
+        ("http.request_timeout_ms", "400"),
+        ("supplier.timeout_ms", "5000"),
+    ])
+    .await;
+    let secret = funded(&app).await;
+    let id = order(&app, &secret, PLAN, 1).await;
+    let delivered = settled(&app, &secret, &id).await;
+    assert_delivered(&delivered, 1);
+    let iccid = delivered["esims"][0].as_str().unwrap().to_owned();
+    // The supplier takes the usage question and answers it 3 s later.
+    esim_access_faults(&app, json!({ "slow_next": 1, "slow_ms": 3000 })).await;
+    // Answered at the bound (a 503), not when the supplier answers (a 200).
+    let (status, body) = get(&app, &secret, &format!("/esims/{iccid}/usage")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["code"], "service_unavailable", "{body}");
+    assert_eq!(body["error"]["retryable"], true, "{body}");
+}
