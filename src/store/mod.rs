@@ -16,6 +16,7 @@ pub mod orders;
 pub mod partners;
 pub(crate) mod supplier_orders;
 pub mod supply;
+pub mod trends;
 pub mod verify;
 
 use std::{
@@ -432,6 +433,16 @@ impl WriteTxn {
     /// Rolls back, then passes the turn on.
     pub async fn rollback(self) -> Result<(), DbErr> {
         self.txn.rollback().await
+    }
+
+    /// Commits when `keep`, else rolls back (a guarded write that found its
+    /// guard broken); returns `keep`.
+    pub async fn keep_if(self, keep: bool) -> Result<bool, DbErr> {
+        match keep {
+            true => self.commit().await?,
+            false => self.rollback().await?,
+        }
+        Ok(keep)
     }
 }
 

@@ -393,13 +393,8 @@ async fn hand_over(
     let to = successor.id.clone();
     let written = async {
         let txn = store::begin_write(&args.db).await?;
-        if rows::hand_over(&txn, &row.id, reason, successor).await? {
-            txn.commit().await?;
-            Ok(true)
-        } else {
-            txn.rollback().await?;
-            Ok::<bool, sea_orm::DbErr>(false)
-        }
+        let handed = rows::hand_over(&txn, &row.id, reason, successor).await?;
+        txn.keep_if(handed).await
     };
     match written.await {
         Ok(true) => {

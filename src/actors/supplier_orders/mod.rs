@@ -444,13 +444,8 @@ async fn open(
     *assigned.entry(supplier.clone()).or_default() += 1;
     let written = async {
         let txn = store::begin_write(&args.db).await?;
-        if rows::open(&txn, row, unit_ids).await? {
-            txn.commit().await?;
-            Ok(true)
-        } else {
-            txn.rollback().await?;
-            Ok::<bool, sea_orm::DbErr>(false)
-        }
+        let taken = rows::open(&txn, row, unit_ids).await?;
+        txn.keep_if(taken).await
     };
     match written.await {
         Ok(true) => {
