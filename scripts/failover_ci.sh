@@ -182,7 +182,8 @@ check_keepalive() { # check_keepalive <dir> <haproxy port> <label>
   fi
   local sample
   for sample in $(seq 1 10); do
-    ss -tnopH state established "( dport = :$2 )" 2>/dev/null | grep esim-reseller
+    # ss names a process by its command name, cut to 15 characters.
+    ss -tnopH state established "( dport = :$2 )" 2>/dev/null | grep -F "\"$(basename "$bin" | cut -c1-15)\""
     sleep 0.1
   done >"$1/sockets-$3.txt"
   python3 - "$1/sockets-$3.txt" "$3" <<'CHECK'
