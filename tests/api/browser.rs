@@ -338,8 +338,8 @@ async fn an_operator_signs_in_to_the_console_and_approves_a_deposit_in_a_real_br
     .await;
     assert_eq!(
         seen.len(),
-        6,
-        "overview, partners, orders, reviews, actors, suppliers: {seen:?}"
+        7,
+        "overview, partners, the partner, orders, reviews, actors, suppliers: {seen:?}"
     );
     page.goto(format!("{origin}/console/partners").as_str())
         .await

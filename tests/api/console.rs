@@ -12,7 +12,7 @@ use sha2::Sha256;
 
 use crate::{
     helpers::{
-        OPERATOR_TOKEN, TestApp, balance, eventually, live_partner, read, sandbox_key,
+        OPERATOR_TOKEN, TestApp, balance, eventually, fund, live_partner, read, sandbox_key,
         spawn_app_with,
     },
     reviews::paid_after_credit,
@@ -407,4 +407,92 @@ async fn a_long_table_says_it_shows_only_its_first_rows_and_the_overview_counts_
         "{}",
         overview.body
     );
+}
+
+#[tokio::test]
+async fn the_overview_charts_the_last_hour_and_a_partner_page_draws_its_float() {
+    let app = spawn_app_with(&[
+        ("simulators.supplier_latency_ms", "0"),
+        ("supplier.poll_interval_ms", "20"),
+        ("supplier.retry_backoff_ms", "10"),
+    ])
+    .await;
+    let (partner, key) = app
+        .partner_with_key(json!({ "name": "Globetrotter <Travel>" }), "live")
+        .await;
+    let partner_id = partner["id"].as_str().unwrap().to_owned();
+    let secret = key["secret"].as_str().unwrap().to_owned();
+    fund(&app, &partner_id, 10_000).await;
+    for _ in 0..3 {
+        let (status, order) = read(
+            app.as_partner(&secret, Method::POST, "/orders")
+                .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
+                .json(&json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 2 }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{order}");
+    }
+    let cookie = sign_in(&app).await;
+
+    let overview = eventually(
+        "the delivered units charted",
+        Duration::from_secs(30),
+        || {
+            let (app, cookie) = (&app, &cookie);
+            async move {
+                let page = open(app, Some(cookie), "/console").await;
+                let delivered =
+                    r#"Units delivered</strong> · <span class="muted">6 in the last hour"#;
+                page.body.contains(delivered).then_some(page)
+            }
+        },
+    )
+    .await;
+    let body = &overview.body;
+    assert!(body.contains("deposits waiting for review"), "{body}");
+    assert_eq!(body.matches("<svg").count(), 4, "{body}");
+    for title in [
+        r#"Orders accepted</strong> · <span class="muted">3 in the last hour"#,
+        r#"Units refunded</strong> · <span class="muted">0 in the last hour"#,
+        "<strong>Admission refusals</strong>",
+    ] {
+        assert!(body.contains(title), "{title} missing: {body}");
+    }
+    assert!(
+        body.matches("<rect").count() >= 2,
+        "orders and units: {body}"
+    );
+    assert!(!body.contains("NaN") && !body.contains("inf"), "{body}");
+
+    let partners = open(&app, Some(&cookie), "/console/partners").await;
+    let link = format!(r#"href="/console/partners/{partner_id}""#);
+    assert!(partners.body.contains(&link), "{}", partners.body);
+    let actors = open(&app, Some(&cookie), "/console/actors").await;
+    assert!(
+        actors.body.contains(&link) && actors.body.contains("Globetrotter &lt;Travel&gt;"),
+        "the actor's partner by name: {}",
+        actors.body
+    );
+
+    let page = open(
+        &app,
+        Some(&cookie),
+        &format!("/console/partners/{partner_id}"),
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let body = &page.body;
+    assert!(body.contains("Globetrotter &lt;Travel&gt;") && body.contains(&partner_id));
+    assert!(body.contains(r#"<polyline class="float""#), "{body}");
+    assert_eq!(
+        body.matches("<circle").count(),
+        4,
+        "the funding and three purchases: {body}"
+    );
+    assert!(body.contains("$80.08"), "100 - 3 × 2 × 3.32 live: {body}");
+    let unknown = open(&app, Some(&cookie), "/console/partners/pt_nobody").await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
 }

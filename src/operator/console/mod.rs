@@ -9,12 +9,15 @@
 //!   [`super::reviews`], as the API and the CLI decide), and the live actors
 //!   with recent supervision events.
 //! - [`supply`]: the suppliers, their state and the margins.
+//! - [`trends`]: the overview's charts of the last hour and a partner's page
+//!   with its float over time.
 //! - [`sections`] and [`views`]: the HTML.
 
 mod pages;
 mod sections;
 mod session;
 mod supply;
+mod trends;
 mod views;
 
 use axum::{
@@ -35,6 +38,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/login", get(session::login_page).post(session::login))
         .route("/logout", post(session::logout))
         .route("/partners", get(pages::partners))
+        .route("/partners/{id}", get(trends::partner))
         .route("/orders", get(pages::orders))
         .route("/reviews", get(pages::reviews_page))
         .route("/reviews/{id}/approve", post(pages::approve))

@@ -14,7 +14,7 @@ use super::{
     FormResult,
     sections::{self, Banner, Counts},
     session::Operator,
-    views,
+    trends, views,
 };
 use crate::{
     actors::events,
@@ -53,11 +53,17 @@ pub(super) async fn overview(operator: Operator, State(state): State<AppState>) 
             .redis
             .map(|redis| (redis.state, redis.since)),
     };
+    let charts = trends::section(&trends::load(&state).await.map_err(db_failed)?);
+    let events = events::recent();
+    let ids = events.iter().filter_map(|e| e.partner_id.clone()).collect();
+    let names = store::trends::partner_names(&state.db, ids)
+        .await
+        .map_err(db_failed)?;
     Ok(shown(
         &operator,
         "Overview",
         "/console",
-        sections::overview(&counts, &events::recent()),
+        sections::overview(&counts, &events, &names, charts),
     ))
 }
 
@@ -82,7 +88,12 @@ pub(super) async fn orders(operator: Operator, State(state): State<AppState>) ->
     let total = store::orders::needing_attention_count(&state.db, since)
         .await
         .map_err(db_failed)?;
-    let content = sections::orders(&rows, total, state.order_deadline.num_seconds());
+    let ids = rows.iter().map(|row| row.partner_id.clone()).collect();
+    let names = store::trends::partner_names(&state.db, ids)
+        .await
+        .map_err(db_failed)?;
+    let deadline = state.order_deadline.num_seconds();
+    let content = sections::orders(&rows, &names, total, deadline);
     Ok(shown(
         &operator,
         "Orders needing attention",
@@ -178,11 +189,21 @@ async fn decide(
 
 /// `GET /console/actors`.
 pub(super) async fn actors(operator: Operator, State(state): State<AppState>) -> Page {
+    let (actors, events) = (state.accounts.list(), events::recent());
+    let ids = actors
+        .iter()
+        .filter_map(|a| a.partner_id.clone())
+        .chain(events.iter().filter_map(|e| e.partner_id.clone()))
+        .collect();
+    let names = store::trends::partner_names(&state.db, ids)
+        .await
+        .map_err(|err| failed(&operator, err))?;
     let content = sections::actors(
-        &state.accounts.list(),
+        &actors,
         state.accounts.total_restarts(),
         state.accounts.provisioning().is_some(),
-        &events::recent(),
+        &events,
+        &names,
     );
     Ok(shown(&operator, "Actors", "/console/actors", content))
 }

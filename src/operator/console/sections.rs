@@ -3,12 +3,18 @@
 use entities::{order, review};
 use maud::{Markup, html};
 
-use super::views::{usd, when};
+use super::{
+    trends::partner_link,
+    views::{usd, when},
+};
 use crate::{
     actors::{accounts::ActorInfo, events::SupervisionEvent},
     domain::states::{ReviewReason, ReviewStatus},
     store::partners::PartnerWithFloats,
 };
+
+/// Partners' names by id, for the partners a page shows.
+type Names = std::collections::HashMap<String, String>;
 
 /// The counts on the overview, each linking to its page.
 pub(super) struct Counts {
@@ -26,7 +32,12 @@ pub(super) struct Counts {
     pub redis: Option<(&'static str, chrono::DateTime<chrono::Utc>)>,
 }
 
-pub(super) fn overview(counts: &Counts, events: &[SupervisionEvent]) -> Markup {
+pub(super) fn overview(
+    counts: &Counts,
+    events: &[SupervisionEvent],
+    names: &Names,
+    charts: Markup,
+) -> Markup {
     html! {
         div.tiles {
             a.tile href="/console/reviews" { b { (counts.open_reviews) } "deposits waiting for review" }
@@ -36,7 +47,8 @@ pub(super) fn overview(counts: &Counts, events: &[SupervisionEvent]) -> Markup {
         }
         (outside(counts))
         h2 { "Recent supervision events" }
-        (events_table(&events[..events.len().min(10)]))
+        (events_table(&events[..events.len().min(10)], names))
+        (charts)
     }
 }
 
@@ -82,7 +94,7 @@ pub(super) fn partners(rows: &[PartnerWithFloats], total: u64) -> Markup {
                     @for row in rows {
                         @let low = row.live_cents < row.partner.low_balance_threshold_cents;
                         tr {
-                            td { (row.partner.name) }
+                            td { a href={ "/console/partners/" (row.partner.id) } { (row.partner.name) } }
                             td { code { (row.partner.id) } }
                             td { (row.partner.status) }
                             td { (row.partner.tier) }
@@ -97,7 +109,12 @@ pub(super) fn partners(rows: &[PartnerWithFloats], total: u64) -> Markup {
     }
 }
 
-pub(super) fn orders(rows: &[order::Model], total: u64, deadline_seconds: i64) -> Markup {
+pub(super) fn orders(
+    rows: &[order::Model],
+    names: &Names,
+    total: u64,
+    deadline_seconds: i64,
+) -> Markup {
     html! {
         p.muted { "Orders that failed, and orders still processing more than " (deadline_seconds) " seconds (the supplier's deadline) after they were accepted; newest first." }
         (first_of(rows.len(), total, "newest first"))
@@ -110,7 +127,7 @@ pub(super) fn orders(rows: &[order::Model], total: u64, deadline_seconds: i64) -
                     @for row in rows {
                         tr {
                             td { code { (row.id) } }
-                            td { code { (row.partner_id) } }
+                            td { (partner_link(&row.partner_id, names)) }
                             td { (row.mode) }
                             td { (row.plan_id) }
                             td.num { (row.quantity) }
@@ -243,6 +260,7 @@ pub(super) fn actors(
     restarts: u32,
     provisioning: bool,
     events: &[SupervisionEvent],
+    names: &Names,
 ) -> Markup {
     html! {
         p {
@@ -258,7 +276,12 @@ pub(super) fn actors(
                 tbody {
                     @for actor in actors {
                         tr {
-                            td { code { (actor.partner_id.as_deref().unwrap_or(actor.kind)) } }
+                            td {
+                                @match &actor.partner_id {
+                                    Some(id) => (partner_link(id, names)),
+                                    None => code { (actor.kind) },
+                                }
+                            }
                             td.num { (actor.mailbox_len) }
                             td.num { (actor.restarts) }
                             td { (when(actor.started_at)) }
@@ -268,11 +291,11 @@ pub(super) fn actors(
             }
         }
         h2 { "Recent supervision events" }
-        (events_table(events))
+        (events_table(events, names))
     }
 }
 
-fn events_table(events: &[SupervisionEvent]) -> Markup {
+fn events_table(events: &[SupervisionEvent], names: &Names) -> Markup {
     html! {
         @if events.is_empty() {
             p { "None since this process started." }
@@ -284,7 +307,7 @@ fn events_table(events: &[SupervisionEvent]) -> Markup {
                         tr {
                             td { (when(event.at)) }
                             td { (event.actor) }
-                            td { @if let Some(partner) = &event.partner_id { code { (partner) } } }
+                            td { @if let Some(partner) = &event.partner_id { (partner_link(partner, names)) } }
                             td class=[(event.event == "failed").then_some("low")] { (event.event) }
                             td { (event.reason) }
                         }

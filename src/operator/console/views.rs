@@ -27,7 +27,11 @@ padding:.8em 1.2em;min-width:10em}.tile b{display:block;font-size:1.8em}\
 .notice{padding:.6em 1em;margin:.5em 0;border-left:4px solid #2e7d32;background:#e8f5e9}\
 .error{border-left-color:#c62828;background:#ffebee}.low{color:#c62828;font-weight:600}\
 input[type=text],input[type=password]{padding:.3em;min-width:16em}button{padding:.3em .8em}\
-code{font-size:.9em}.muted{color:#5f6b7a}";
+code{font-size:.9em}.muted{color:#5f6b7a}\
+.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(28em,1fr));gap:1em}\
+.chart{margin:0;background:#fff;border:1px solid #e3e6ea;padding:.6em .8em}\
+.chart svg{display:block;width:100%;height:auto;margin-top:.4em}.chart text{fill:#5f6b7a}\
+table.facts{width:auto;min-width:30em}";
 
 /// The sections of the console, for the navigation bar.
 const SECTIONS: [(&str, &str); 6] = [
