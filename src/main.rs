@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use esim_reseller::{
     app::{Application, shutdown_signal},
     backup,
-    config::{Settings, Sources},
+    config::{self, Settings, Sources},
     operator::cli::{self, AdminArgs},
     store, telemetry,
 };
@@ -28,7 +28,13 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the service (applies migrations first).
-    Serve,
+    Serve {
+        /// Overrides applied on top of the configuration: `loadtest` lifts
+        /// every rate-limit band and the suppliers' limits and latency
+        /// (refused when the simulators are off).
+        #[arg(long, value_name = "NAME")]
+        profile: Option<String>,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Operator commands against a running service.
@@ -88,13 +94,7 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> anyhow::Result<u8> {
     match command {
-        Command::Serve => {
-            let settings = Settings::load(&Sources::from_process())?;
-            telemetry::init(&settings.log);
-            let app = Application::build(settings).await?;
-            app.run_until_stopped(shutdown_signal()).await?;
-            Ok(0)
-        }
+        Command::Serve { profile } => serve(profile.as_deref()).await,
         Command::Migrate => {
             let settings = Settings::load(&Sources::from_process())?;
             telemetry::init(&settings.log);
@@ -150,6 +150,27 @@ async fn run(command: Command) -> anyhow::Result<u8> {
             }
         },
     }
+}
+
+/// `serve [--profile NAME]`: the profile's overrides go on top of every
+/// configuration layer, and are announced before anything binds.
+async fn serve(profile: Option<&str>) -> anyhow::Result<u8> {
+    let mut settings = Settings::load(&Sources::from_process())?;
+    let lifted = match profile {
+        Some(name) => config::apply_profile(&mut settings, name)?,
+        None => Vec::new(),
+    };
+    telemetry::init(&settings.log);
+    if let Some(name) = profile {
+        tracing::warn!(
+            profile = name,
+            "PROFILE {name}: NOT FOR PRODUCTION: lifted {}",
+            lifted.join(", ")
+        );
+    }
+    let app = Application::build(settings).await?;
+    app.run_until_stopped(shutdown_signal()).await?;
+    Ok(0)
 }
 
 /// `backup --to FILE`: the configured SQLite database, copied and checked.

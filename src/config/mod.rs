@@ -16,9 +16,11 @@ use serde::Deserialize;
 
 use crate::domain::rate::Band;
 
+mod profile;
 mod supply;
 mod validate;
 
+pub use profile::{LIFTED_BAND_LIMIT, PROFILES, apply_profile};
 pub use supply::{AiraloSettings, SimulatorSettings, SupplierSettings, SuppliersSettings};
 
 /// The band sandbox keys use.

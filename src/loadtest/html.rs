@@ -61,9 +61,16 @@ pub(super) fn render(
          .verdict{{font-size:1.6rem;font-weight:700;padding:.4rem .8rem;display:inline-block;border-radius:4px;color:#fff}}\
          .PASS{{background:#2a7d2a}}.FAIL{{background:#b22}}table{{border-collapse:collapse;margin:.5rem 0}}\
          td,th{{border:1px solid #ddd;padding:.2rem .5rem;text-align:left}}svg{{background:#fcfcfc;border:1px solid #eee}}\
-         .legend span{{margin-right:1rem}}</style></head><body>\
+         .legend span{{margin-right:1rem}}.warning{{background:#fff4d6;border-left:4px solid #e0a000;padding:.5rem .8rem}}</style></head><body>\
          <h1>Load test</h1><p><span class=\"verdict {verdict}\">{verdict}</span></p>"
     );
+    if let Some(warning) = report["warning"].as_str() {
+        let _ = write!(
+            page,
+            "<p class=\"warning\"><strong>Warning:</strong> {}</p>",
+            escape(warning)
+        );
+    }
     summary(&mut page, report);
     failures(&mut page, report);
     page.push_str("<h2>Throughput</h2>");
@@ -478,5 +485,18 @@ mod tests {
         let page = render(&report, &json!({}), &[], &latency);
         assert!(page.contains("verdict FAIL"));
         assert!(page.contains("1 cent lost on pt_1"));
+    }
+
+    #[test]
+    fn a_dominant_refusal_is_warned_of_beside_the_verdict() {
+        let latency = Histogram::new_with_bounds(1, 120_000_000, 3).unwrap();
+        let report = json!({"verdict": "PASS", "invariants": {"failures": []},
+            "warning": "90 of 100 answers were 429 <rate_limit.exceeded>: serve --profile loadtest"});
+        let page = render(&report, &json!({}), &[], &latency);
+        assert!(page.contains("verdict PASS"), "the verdict stays");
+        assert!(page.contains("<strong>Warning:</strong> 90 of 100"));
+        assert!(page.contains("&lt;rate_limit.exceeded&gt;"), "escaped");
+        let quiet = json!({"verdict": "PASS", "invariants": {"failures": []}});
+        assert!(!render(&quiet, &json!({}), &[], &latency).contains("Warning:"));
     }
 }

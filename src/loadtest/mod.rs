@@ -275,6 +275,7 @@ pub async fn run(mut args: LoadtestArgs) -> anyhow::Result<u8> {
         "transport_errors": observed.transport_errors,
         "requests_by_url": args.targets.sent(),
         "invariants": verdict.details,
+        "warning": dominant_refusal(&observed.by_status, args.admission, &args.tier),
         "verdict": if verdict.pass { "PASS" } else { "FAIL" },
     });
     if args.json {

@@ -25,6 +25,49 @@ pub(super) fn admission_report(observed: &Observed) -> Value {
     })
 }
 
+/// The answer of a rate-limit refusal, as counted in `responses`.
+const RATE_LIMITED: &str = "429 rate_limit.exceeded";
+/// The answer of a refusal at admission, as counted in `responses`.
+const ADMISSION_REFUSED: &str = "502 supplier_error";
+
+/// A warning when one refusal is more than half of the answers, naming what
+/// lifts it: the run then measured the server's limits, not its speed. A
+/// refusal at admission is expected under `--admission`. The verdict is
+/// about money and does not change.
+pub(super) fn dominant_refusal(
+    responses: &BTreeMap<String, u64>,
+    admission: bool,
+    tier: &str,
+) -> Option<String> {
+    let total: u64 = responses.values().sum();
+    let count = |label: &str| responses.get(label).copied().unwrap_or(0);
+    let dominates = |n: u64| n > 0 && n.saturating_mul(2) > total;
+    let share = |n: u64| (n as f64 * 100.0 / total.max(1) as f64).round();
+    let rate_limited = count(RATE_LIMITED);
+    if dominates(rate_limited) {
+        return Some(format!(
+            "{rate_limited} of {total} answers ({}%) were {RATE_LIMITED}: the run measured the \
+             server's rate-limit bands, not its speed. Lift them with `esim-reseller serve \
+             --profile loadtest`, or the ESIM__RATE_LIMIT__BANDS__<BAND>__<CLASS>__LIMIT \
+             variables (the band of tier `{tier}`, e.g. \
+             ESIM__RATE_LIMIT__BANDS__{}__WRITE__LIMIT=100000000)",
+            share(rate_limited),
+            tier.to_uppercase()
+        ));
+    }
+    let refused = count(ADMISSION_REFUSED);
+    if !admission && dominates(refused) {
+        return Some(format!(
+            "{refused} of {total} answers ({}%) were admission's {ADMISSION_REFUSED} refusals: \
+             the run measured the supplier's limit, not this service's speed. Lift it with \
+             `esim-reseller serve --profile loadtest`, or ESIM__SUPPLIER__REQUESTS_PER_SECOND=0 \
+             (with ESIM__SIMULATORS__SUPPLIER_RATE_LIMIT=0); or pass --admission to test admission",
+            share(refused)
+        ));
+    }
+    None
+}
+
 pub(super) fn print_text(report: &Value) {
     println!(
         "partners            {} {}",
@@ -84,5 +127,51 @@ pub(super) fn print_text(report: &Value) {
             failure.as_str().unwrap_or_default()
         );
     }
+    if let Some(warning) = report["warning"].as_str() {
+        println!("WARNING             {warning}");
+    }
     println!("{}", report["verdict"].as_str().unwrap_or("FAIL"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answers(counts: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        counts.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+    }
+
+    #[test]
+    fn a_dominant_rate_limit_names_the_profile_and_the_variables() {
+        let mostly_429 = answers(&[("202", 40), (RATE_LIMITED, 60)]);
+        let warning = dominant_refusal(&mostly_429, false, "gold").expect("a warning");
+        assert!(warning.contains("60 of 100 answers (60%)"), "{warning}");
+        assert!(warning.contains("serve --profile loadtest"), "{warning}");
+        assert!(
+            warning.contains("ESIM__RATE_LIMIT__BANDS__GOLD__WRITE__LIMIT"),
+            "{warning}"
+        );
+        assert!(dominant_refusal(&mostly_429, true, "gold").is_some());
+    }
+
+    #[test]
+    fn half_or_less_is_not_dominant() {
+        let half = answers(&[("202", 50), (RATE_LIMITED, 50)]);
+        assert_eq!(dominant_refusal(&half, false, "gold"), None);
+        assert_eq!(dominant_refusal(&answers(&[]), false, "gold"), None);
+        let accepted = answers(&[("202", 1000)]);
+        assert_eq!(dominant_refusal(&accepted, false, "gold"), None);
+    }
+
+    #[test]
+    fn admission_refusals_warn_only_without_admission() {
+        let refused = answers(&[("202", 10), (ADMISSION_REFUSED, 90)]);
+        let warning = dominant_refusal(&refused, false, "gold").expect("a warning");
+        assert!(
+            warning.contains("ESIM__SUPPLIER__REQUESTS_PER_SECOND=0"),
+            "{warning}"
+        );
+        assert!(warning.contains("serve --profile loadtest"), "{warning}");
+        assert_eq!(dominant_refusal(&refused, true, "gold"), None);
+    }
 }

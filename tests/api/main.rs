@@ -25,6 +25,7 @@ mod metrics;
 mod openapi;
 mod operator;
 mod orders;
+mod profile;
 mod rate_limits;
 mod redis_outage;
 mod reviews;
