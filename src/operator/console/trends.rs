@@ -386,9 +386,12 @@ fn float_chart(line: &[FloatPoint], threshold: i64, now: DateTime<Utc>) -> Marku
 /// when the name was not loaded).
 pub(super) fn partner_link(id: &str, names: &HashMap<String, String>) -> Markup {
     html! {
-        a href={ "/console/partners/" (id) } {
-            @if let Some(name) = names.get(id) { (name) " " }
-            code { (id) }
+        // A partner this database does not hold (a supervision event of
+        // another service in the same process, or one since removed) is
+        // named by its id alone, without a link that would lead nowhere.
+        @match names.get(id) {
+            Some(name) => a href={ "/console/partners/" (id) } { (name) " " code { (id) } },
+            None => code { (id) },
         }
     }
 }
