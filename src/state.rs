@@ -59,7 +59,7 @@ pub struct Shared {
     /// Cached key lookups.
     pub keys: Arc<KeyDirectory>,
     /// Rate-limit and failed-authentication counters.
-    pub limiter: Limiter,
+    pub limiter: Arc<Limiter>,
     /// Peers whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<IpNet>,
     /// Rate-limit bands by name.

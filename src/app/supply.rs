@@ -71,6 +71,8 @@ pub(super) fn simulators(settings: &Settings, public_addr: SocketAddr) -> Simula
 pub(super) struct Supply {
     pub(super) suppliers: Suppliers,
     pub(super) admission: Option<Arc<Admission>>,
+    /// The node's rate-limit counters, shared with the partner API.
+    pub(super) limiter: Arc<Limiter>,
 }
 
 impl Supply {
@@ -79,11 +81,12 @@ impl Supply {
         simulators_addr: Option<SocketAddr>,
         catalogue: &Arc<Catalogue>,
     ) -> anyhow::Result<Self> {
-        // With Redis the supplier's limit is one window for the whole fleet.
+        // One limiter for the node: the partners' windows and, with Redis,
+        // the suppliers' limits as one window for the whole fleet (one
+        // connection, one breaker, one state on the rate-limits route).
+        let limiter = Arc::new(Limiter::connect(&settings.rate_limit).await?);
         let shared_window = match settings.rate_limit.backend {
-            RateLimitBackend::Redis => {
-                Some(Arc::new(Limiter::connect(&settings.rate_limit).await?))
-            }
+            RateLimitBackend::Redis => Some(limiter.clone()),
             RateLimitBackend::Memory => None,
         };
         let live = Arc::new(live_suppliers(settings, simulators_addr, shared_window)?);
@@ -116,6 +119,7 @@ impl Supply {
         Ok(Self {
             suppliers,
             admission,
+            limiter,
         })
     }
 }

@@ -34,7 +34,6 @@ use crate::{
     deposits::Deposits,
     domain::{cursor::CursorCodec, rate::Window, time},
     http::server::ConnectionLimits,
-    limits::Limiter,
     state::{AppState, Shared},
     store::{self, Db, changes::Subscription},
 };
@@ -396,7 +395,7 @@ async fn shared_state(
     actors: &Actors,
     listeners: &Listeners,
 ) -> anyhow::Result<AppState> {
-    let limiter = Limiter::connect(&settings.rate_limit).await?;
+    let limiter = supply.limiter.clone();
     let bands = settings.rate_limit.bands;
     let fallback_band = *bands
         .get(SANDBOX_BAND)
