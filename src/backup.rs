@@ -1,7 +1,7 @@
 //! Backups of the embedded SQLite database: `esim-reseller backup --to FILE`
 //! takes a consistent copy of the running service's database without
 //! stopping it, `esim-reseller verify FILE` checks a copy (SQLite's
-//! integrity check, then the money invariants of [`store::verify`]), and
+//! integrity check, then the money invariants of [`crate::store::verify`]), and
 //! with `backup.every_minutes` set the service takes, verifies and keeps its
 //! own copies in `backup.dir`, the newest `backup.keep` of them.
 //!
@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::{
     domain::time,
-    store::{self, Db, verify},
+    store::{Db, verify},
 };
 
 /// The first bytes of every SQLite database file.
@@ -174,7 +174,7 @@ pub async fn periodic_once(db: &Db, schedule: &Schedule, last: &LastBackup) -> a
     let done = schedule.dir.join(&name);
     std::fs::rename(&partial, &done)?;
     last.set(now);
-    crate::metrics::backup_taken(now, report.bytes, report.took_ms);
+    crate::metrics::backup_taken(now, report.bytes);
     tracing::info!(path = %done.display(), bytes = report.bytes, orders = report.orders, took_ms = report.took_ms as u64, "backup taken and verified");
     prune(&schedule.dir, schedule.keep);
     Ok(())
@@ -243,11 +243,6 @@ pub async fn run_periodic(
 /// The database behind a `sqlite:` URL, for messages.
 pub fn is_sqlite(url: &str) -> bool {
     url.starts_with("sqlite:")
-}
-
-/// Re-exported for the CLI: the service's own connection (busy timeout, WAL).
-pub async fn connect(settings: &crate::config::DatabaseSettings) -> anyhow::Result<Db> {
-    store::connect(settings).await
 }
 
 #[cfg(test)]

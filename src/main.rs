@@ -181,7 +181,8 @@ async fn backup(to: &std::path::Path) -> anyhow::Result<u8> {
             "`backup` copies the embedded SQLite database; `database.url` is not SQLite (back PostgreSQL up with its own tools)"
         );
     }
-    let db = backup::connect(&settings.database).await?;
+    // The service's own connection settings (WAL, busy timeout).
+    let db = store::connect(&settings.database).await?;
     let report = backup::take(&db, to).await?;
     println!(
         "copied {} bytes in {} ms to {}: {} orders, {} partners",

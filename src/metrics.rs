@@ -453,7 +453,7 @@ pub(crate) fn admission_view(capacity: f64, room: u64, backlog: u64, active_part
 }
 
 /// A periodic backup was taken and verified.
-pub(crate) fn backup_taken(at: DateTime<Utc>, bytes: u64, _took_ms: u128) {
+pub(crate) fn backup_taken(at: DateTime<Utc>, bytes: u64) {
     gauge!(BACKUP_LAST).set(at.timestamp() as f64);
     gauge!(BACKUP_BYTES).set(bytes as f64);
     gauge!(BACKUP_AGE).set(0.0);

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     domain::admission::{
-        self, ANY_SELLER, Allowance, Backlog, Busy, Capacity, GroupRoom, Sellers, UnitsPerCall,
+        self, Allowance, Backlog, Busy, Capacity, GroupRoom, Sellers, UnitsPerCall,
     },
     store::{self, Db},
     supplier::{gate::RateGate, metered::Tally},
@@ -233,9 +233,9 @@ impl Admission {
         }
         let asked: HashMap<String, Sellers> = plans
             .map(|plan| (plan.to_owned(), sellers_of(plan)))
-            .filter(|(_, sellers)| {
-                *sellers != ANY_SELLER && *sellers & self.all_lanes() != self.all_lanes()
-            })
+            // A plan every supplier of the route sells (ANY_SELLER included)
+            // is bounded by the whole room only.
+            .filter(|(_, sellers)| *sellers & self.all_lanes() != self.all_lanes())
             .collect();
         if asked.is_empty() {
             return allowance;

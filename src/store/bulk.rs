@@ -191,6 +191,35 @@ fn timestamp(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, false)
 }
 
+/// A raw statement written with PostgreSQL's `$1, $2, …` placeholders, each
+/// used once and in order, turned into SQLite's positional `?` there.
+pub(crate) fn portable<C: ConnectionTrait>(
+    db: &C,
+    sql: &str,
+    values: Vec<sea_orm::Value>,
+) -> Statement {
+    let backend = db.get_database_backend();
+    let sql = match backend {
+        DbBackend::Sqlite => {
+            let mut out = String::with_capacity(sql.len());
+            let mut chars = sql.chars().peekable();
+            while let Some(c) = chars.next() {
+                if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
+                    while chars.peek().is_some_and(char::is_ascii_digit) {
+                        chars.next();
+                    }
+                    out.push('?');
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        }
+        _ => sql.to_owned(),
+    };
+    Statement::from_sql_and_values(backend, sql, values)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@
 //! units priced that way are counted as estimated.
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
+use sea_orm::{ConnectionTrait, DbErr, Value};
 use serde::Serialize;
 
 /// One delivered or pending unit of an order and where it went.
@@ -54,7 +54,7 @@ pub(crate) async fn units_of_order<C: ConnectionTrait>(
                FROM order_units u LEFT JOIN supplier_orders so ON so.id = u.supplier_txn_id \
                WHERE u.order_id = $1 ORDER BY u.unit_index";
     let rows = db
-        .query_all_raw(statement(db, sql, vec![order_id.into()]))
+        .query_all_raw(super::bulk::portable(db, sql, vec![order_id.into()]))
         .await?;
     rows.iter()
         .map(|row| {
@@ -100,7 +100,9 @@ pub(crate) async fn margins<C: ConnectionTrait>(
         " GROUP BY o.partner_id, COALESCE(so.supplier, 'esim_access') \
          ORDER BY o.partner_id, supplier",
     );
-    let rows = db.query_all_raw(statement(db, &sql, values)).await?;
+    let rows = db
+        .query_all_raw(super::bulk::portable(db, &sql, values))
+        .await?;
     rows.iter()
         .map(|row| {
             let revenue: i64 = sum(row, "revenue_cents")?;
@@ -123,28 +125,4 @@ pub(crate) async fn margins<C: ConnectionTrait>(
 fn sum(row: &sea_orm::QueryResult, column: &str) -> Result<i64, DbErr> {
     row.try_get::<Option<i64>>("", column)
         .map(|value| value.unwrap_or(0))
-}
-
-/// A statement with `$n` placeholders, as `?` on SQLite.
-fn statement<C: ConnectionTrait>(db: &C, sql: &str, values: Vec<Value>) -> Statement {
-    let backend = db.get_database_backend();
-    let sql = match backend {
-        DbBackend::Sqlite => {
-            let mut out = String::with_capacity(sql.len());
-            let mut chars = sql.chars().peekable();
-            while let Some(c) = chars.next() {
-                if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
-                    while chars.peek().is_some_and(char::is_ascii_digit) {
-                        chars.next();
-                    }
-                    out.push('?');
-                } else {
-                    out.push(c);
-                }
-            }
-            out
-        }
-        _ => sql.to_owned(),
-    };
-    Statement::from_sql_and_values(backend, sql, values)
 }

@@ -9,8 +9,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Duration, Utc};
 use entities::{ledger_entry, partner, states::UnitStatus};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, Statement, Value,
+    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Value,
 };
 
 /// One point of a float over time.
@@ -65,14 +64,10 @@ async fn per_minute<C: ConnectionTrait>(
     from: DateTime<Utc>,
     minutes: u32,
 ) -> Result<Vec<i64>, DbErr> {
-    let backend = db.get_database_backend();
     let mut values: Vec<Value> = Vec::new();
     let mut bind = |at: DateTime<Utc>| {
         values.push(at.into());
-        match backend {
-            DbBackend::Sqlite => "?".to_owned(),
-            _ => format!("${}", values.len()),
-        }
+        format!("${}", values.len())
     };
     let minute = |i: u32| from + Duration::minutes(i64::from(i));
     let mut sql = String::from("SELECT ");
@@ -89,7 +84,7 @@ async fn per_minute<C: ConnectionTrait>(
         " {from_where} AND {column} >= {low} AND {column} < {high}"
     ));
     let row = db
-        .query_one_raw(Statement::from_sql_and_values(backend, sql, values))
+        .query_one_raw(super::bulk::portable(db, &sql, values))
         .await?;
     (0..minutes)
         .map(|i| match &row {

@@ -116,12 +116,7 @@ impl EsimAccessClient {
             base_url: base_url.trim_end_matches('/').to_owned(),
             access_code,
             secret,
-            // One client: connections to the supplier are kept and reused.
-            http: reqwest::Client::builder()
-                .timeout(timeout)
-                .pool_max_idle_per_host(16)
-                .tcp_nodelay(true)
-                .build()?,
+            http: super::http_client(timeout)?,
             gate,
         })
     }

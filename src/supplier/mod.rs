@@ -28,6 +28,16 @@ pub struct Profile {
     pub esim_tran_no: Option<String>,
 }
 
+/// The HTTP client of a supplier adapter: one per supplier, so connections
+/// are kept and reused; every call bounded by `timeout`.
+pub(crate) fn http_client(timeout: std::time::Duration) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .pool_max_idle_per_host(16)
+        .tcp_nodelay(true)
+        .build()
+}
+
 /// A supplier order the supplier took.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placed {

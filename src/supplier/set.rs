@@ -38,6 +38,8 @@ pub struct SupplierEntry {
     /// busy, units gather into fuller supplier orders (or go to another
     /// supplier of the route).
     pub slots: Arc<tokio::sync::Semaphore>,
+    /// How many slots there are.
+    slot_count: usize,
     /// Supplier orders of this node waiting for or holding a slot.
     queued: AtomicU64,
     /// Out of the route after failures in a row, for a while.
@@ -60,7 +62,7 @@ impl SupplierEntry {
         breaker: Breaker,
     ) -> Self {
         let max_units = usize::try_from(client.max_units_per_order()).unwrap_or(usize::MAX);
-        let slots = match gate.per_second() {
+        let slot_count = match gate.per_second() {
             0 => 64,
             rate => (rate as usize / 4).max(1),
         };
@@ -70,7 +72,8 @@ impl SupplierEntry {
             gate,
             tally,
             max_units,
-            slots: Arc::new(tokio::sync::Semaphore::new(slots)),
+            slots: Arc::new(tokio::sync::Semaphore::new(slot_count)),
+            slot_count,
             queued: AtomicU64::new(0),
             breaker: Mutex::new(breaker),
             refusals: AtomicU64::new(0),
@@ -125,14 +128,7 @@ impl SupplierEntry {
     /// Supplier orders waiting for or holding a slot, per slot.
     fn load(&self, extra: usize) -> f64 {
         let queued = self.queued.load(Ordering::Relaxed) as f64 + extra as f64;
-        queued / self.slots_total() as f64
-    }
-
-    fn slots_total(&self) -> usize {
-        match self.gate.per_second() {
-            0 => 64,
-            rate => (rate as usize / 4).max(1),
-        }
+        queued / self.slot_count as f64
     }
 
     /// Units moved from this supplier to the next one.

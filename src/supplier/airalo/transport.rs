@@ -118,11 +118,7 @@ impl Transport {
             base_url: base_url.trim_end_matches('/').to_owned(),
             client_id,
             client_secret,
-            http: reqwest::Client::builder()
-                .timeout(timeout)
-                .pool_max_idle_per_host(16)
-                .tcp_nodelay(true)
-                .build()?,
+            http: crate::supplier::http_client(timeout)?,
             gate,
             token: tokio::sync::Mutex::new(None),
             generation: AtomicU64::new(0),
