@@ -31,7 +31,7 @@ start_server() { # start_server <database url> <commit mode> [VAR=value ...]
     ESIM__HTTP__PUBLIC_ADDR=127.0.0.1:18580 ESIM__HTTP__OPERATOR_ADDR=127.0.0.1:18581 ESIM__SIMULATORS__ADDR=127.0.0.1:18590 \
     ESIM__SIMULATORS__SUPPLIER_LATENCY_MS=0 ESIM__SUPPLIER__POLL_INTERVAL_MS=20 ESIM__PROVISIONING__CONCURRENCY=256 \
     ESIM__RATE_LIMIT__BANDS__GOLD__WRITE__LIMIT=$lift ESIM__RATE_LIMIT__BANDS__GOLD__READ__LIMIT=$lift \
-    ESIM__RATE_LIMIT__BANDS__GOLD__CATALOGUE__LIMIT=$lift "$@" \
+    ESIM__RATE_LIMIT__BANDS__GOLD__CATALOGUE__LIMIT=$lift ESIM__OPERATOR__FOUR_EYES_CENTS=100000000000 "$@" \
     "$bin" serve > "$work/serve.log" 2>&1 &
   server=$!
   for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18580/partner/v1/health >/dev/null && return 0; sleep 0.2; done

@@ -215,6 +215,9 @@ def base_env(extra):
     env.update(
         {
             "ESIM__OPERATOR__TOKEN": OPERATOR_TOKEN,
+            # The drills fund partners with more than the four-eyes limit;
+            # four eyes are the API tests' subject, not this one's.
+            "ESIM__OPERATOR__FOUR_EYES_CENTS": "100000000000",
             "ESIM__CURSOR__SECRET": CURSOR_SECRET,
             "ESIM__PAYMENTS__WEBHOOK_SECRET": WEBHOOK_SECRET,
             # Nodes run with the simulators off, where serve refuses the

@@ -276,6 +276,7 @@ EOF
     ESIM__SIMULATORS__SUPPLIER_RATE_LIMIT=0 ESIM__SUPPLIER__REQUESTS_PER_SECOND=0
     ESIM__SIMULATORS__SUPPLIER_LATENCY_MS=20 ESIM__SUPPLIER__POLL_INTERVAL_MS=50
     ESIM__RECONCILER__INTERVAL_SECONDS=2 ESIM__RECONCILER__GRACE_SECONDS=1
+    ESIM__OPERATOR__FOUR_EYES_CENTS=100000000000
   )
   # The nodes run in the scenario's folder: the binary's own embedded
   # defaults apply, not a ./config of whatever folder this was started from.

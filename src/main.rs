@@ -35,6 +35,13 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         profile: Option<String>,
     },
+    /// Run only the simulators of the suppliers and the payment provider
+    /// (no database, no partner API), on `simulators.addr`.
+    Simulate {
+        /// The public URL of the service their webhooks go to.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        callbacks_to: String,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Operator commands against a running service.
@@ -95,6 +102,12 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> anyhow::Result<u8> {
     match command {
         Command::Serve { profile } => serve(profile.as_deref()).await,
+        Command::Simulate { callbacks_to } => {
+            let settings = Settings::load(&Sources::from_process())?;
+            telemetry::init(&settings.log);
+            esim_reseller::app::simulate(settings, &callbacks_to).await?;
+            Ok(0)
+        }
         Command::Migrate => {
             let settings = Settings::load(&Sources::from_process())?;
             telemetry::init(&settings.log);

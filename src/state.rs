@@ -84,6 +84,10 @@ pub struct Shared {
     pub suppliers: Suppliers,
     /// Whether the operator may inject actor failures.
     pub fault_injection: bool,
+    /// A money movement above this (either sign) waits for a second operator.
+    pub four_eyes_cents: i64,
+    /// How long a held movement waits for its approval.
+    pub approval_lapse: chrono::Duration,
     /// Whether the console's session cookie is `Secure` (HTTPS only).
     pub console_secure_cookie: bool,
     /// Crypto deposits.

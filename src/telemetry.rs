@@ -19,7 +19,9 @@ pub fn init(settings: &LogSettings) {
                     .json()
                     .flatten_event(true)
                     .with_current_span(true)
-                    .with_span_list(false),
+                    // Every enclosing span, so that a line deep in a handler
+                    // still says which request and which operator it serves.
+                    .with_span_list(true),
             )
             .try_init(),
         LogFormat::Pretty => registry.with(fmt::layer().with_target(false)).try_init(),

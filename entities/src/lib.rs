@@ -6,6 +6,8 @@
 //! to load. `tier` stays text: tiers are named by the configuration.
 
 pub mod api_key;
+pub mod approval;
+pub mod audit_event;
 pub mod catalogue_version;
 pub mod deposit;
 pub mod destination;
@@ -14,6 +16,7 @@ pub mod float;
 pub mod idempotency_key;
 pub mod ledger_entry;
 pub mod node;
+pub mod operator;
 pub mod order;
 pub mod order_unit;
 pub mod partner;

@@ -240,6 +240,50 @@ vocabulary! {
     }
 }
 
+vocabulary! {
+    /// What an operator may do. Each role may do everything the one before
+    /// it may (declaration order is privilege order).
+    OperatorRole {
+        /// Every read: partners, orders, deposits, reviews, actors,
+        /// admission, metrics, the audit trail.
+        Viewer = "viewer",
+        /// Plus keys (issue, rotate, revoke, allowlists), partners and
+        /// their status, sandbox floats.
+        Support = "support",
+        /// Plus money: movements, wire deposits, review decisions,
+        /// approvals, pricing of a partner.
+        Finance = "finance",
+        /// Plus operators, the catalogue and fault injection.
+        Admin = "admin",
+    }
+}
+
+vocabulary! {
+    /// What a held money movement is.
+    ApprovalKind {
+        /// An adjustment, payout or chargeback on the live float.
+        Movement = "movement",
+        /// A wire transfer to record as a credited deposit.
+        WireDeposit = "wire_deposit",
+        /// The approval of a deposit review, moving its amount.
+        Review = "review",
+    }
+}
+
+vocabulary! {
+    /// Where a held money movement stands.
+    ApprovalStatus {
+        /// Waiting for a second operator; nothing has moved.
+        PendingApproval = "pending_approval",
+        /// A second operator approved it and the money moved, once.
+        Approved = "approved",
+        /// A second operator (or its requester) declined it; nothing moved.
+        Rejected = "rejected",
+        /// Nobody decided within its time; nothing moved.
+        Lapsed = "lapsed",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

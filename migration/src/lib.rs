@@ -13,6 +13,7 @@ mod m20261125_000006_supplier_orders;
 mod m20261125_000007_nodes;
 mod m20261125_000008_review_amounts;
 mod m20261125_000009_suppliers;
+mod m20261126_000010_operators;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000007_nodes::Migration),
             Box::new(m20261125_000008_review_amounts::Migration),
             Box::new(m20261125_000009_suppliers::Migration),
+            Box::new(m20261126_000010_operators::Migration),
         ]
     }
 }

@@ -5,7 +5,8 @@
 //!   what handlers share;
 //! - [`running`]: serves the three listeners and the background loops until
 //!   a shutdown signal, then drains in-flight requests and actors, records
-//!   the node's stop and closes the pool.
+//!   the node's stop and closes the pool;
+//! - [`simulate()`]: the simulators alone, in a process of their own.
 
 use std::net::SocketAddr;
 
@@ -19,10 +20,12 @@ use crate::{
 };
 
 mod running;
+mod simulate;
 mod supply;
 mod wiring;
 
 pub use running::shutdown_signal;
+pub use simulate::simulate;
 
 /// A built, bound, not yet running service.
 pub struct Application {

@@ -253,7 +253,7 @@ fn operator_router(state: &AppState, metrics_require_token: bool) -> Router {
     if metrics_require_token {
         metrics = metrics.route_layer(middleware::from_fn_with_state(
             state.clone(),
-            operator::require_operator_token,
+            operator::authorize,
         ));
     }
     Router::new()

@@ -34,6 +34,12 @@ use crate::{
 
 /// The suppliers' and payment provider's stand-ins, calling back this node.
 pub(super) fn simulators(settings: &Settings, public_addr: SocketAddr) -> Simulators {
+    simulators_calling(settings, &format!("http://{public_addr}"))
+}
+
+/// The stand-ins, sending their webhooks to the service at `service_url`
+/// (its public listener, e.g. `http://127.0.0.1:8080`).
+pub(super) fn simulators_calling(settings: &Settings, service_url: &str) -> Simulators {
     let supplier_sim = SupplierSim::new(
         settings.supplier.access_code.expose_secret(),
         settings.supplier.secret.expose_secret(),
@@ -44,12 +50,12 @@ pub(super) fn simulators(settings: &Settings, public_addr: SocketAddr) -> Simula
         },
         settings.simulators.supplier_rate_limit,
     );
-    supplier_sim.set_notify_url(format!("http://{public_addr}/callbacks/esim-access"));
+    supplier_sim.set_notify_url(format!("{service_url}/callbacks/esim-access"));
     let payments_sim = PaymentsSim::new(
         settings.payments.api_key.expose_secret(),
         settings.payments.webhook_secret.expose_secret(),
     );
-    payments_sim.set_callback_url(format!("http://{public_addr}/callbacks/btcpay"));
+    payments_sim.set_callback_url(format!("{service_url}/callbacks/btcpay"));
     let airalo = AiraloSim::new(
         settings.airalo.client_id.expose_secret(),
         settings.airalo.client_secret.expose_secret(),
@@ -59,7 +65,7 @@ pub(super) fn simulators(settings: &Settings, public_addr: SocketAddr) -> Simula
         },
         settings.simulators.airalo_rate_limit_per_minute,
     );
-    airalo.set_webhook_url(format!("http://{public_addr}/callbacks/airalo"));
+    airalo.set_webhook_url(format!("{service_url}/callbacks/airalo"));
     Simulators {
         supplier: supplier_sim,
         airalo,

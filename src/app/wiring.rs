@@ -421,6 +421,8 @@ async fn shared_state(
         suppliers: supply.suppliers,
         supplier_orders: actors.supplier_orders.clone(),
         fault_injection: settings.operator.fault_injection,
+        four_eyes_cents: settings.operator.four_eyes_cents,
+        approval_lapse: chrono::Duration::seconds(settings.operator.approval_lapse_seconds),
         console_secure_cookie: settings.operator.console_secure_cookie,
         order_deadline: chrono::Duration::from_std(Duration::from_secs(
             settings.supplier.deadline_seconds,

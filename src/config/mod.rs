@@ -194,6 +194,21 @@ pub struct OperatorSettings {
     /// except in development (simulators on, both listeners on loopback).
     #[serde(default)]
     pub metrics_require_token: Option<bool>,
+    /// A money movement of more than this many cents (either sign) waits
+    /// for a second operator's approval (four eyes). Default $1,000.
+    #[serde(default = "default_four_eyes_cents")]
+    pub four_eyes_cents: i64,
+    /// How long a held movement waits for its approval before it lapses.
+    #[serde(default = "default_approval_lapse_seconds")]
+    pub approval_lapse_seconds: i64,
+}
+
+fn default_four_eyes_cents() -> i64 {
+    100_000
+}
+
+fn default_approval_lapse_seconds() -> i64 {
+    24 * 60 * 60
 }
 
 /// `[cursor]`

@@ -34,6 +34,12 @@ fn service(s: &Settings) -> anyhow::Result<()> {
     if s.operator.token.expose_secret().len() < 16 {
         bail!("invalid configuration: `operator.token` must be at least 16 characters");
     }
+    if s.operator.four_eyes_cents < 0 {
+        bail!("invalid configuration: `operator.four_eyes_cents` must not be negative");
+    }
+    if !(1..=30 * 24 * 3600).contains(&s.operator.approval_lapse_seconds) {
+        bail!("invalid configuration: `operator.approval_lapse_seconds` must be from 1 to 2592000");
+    }
     if s.cursor.secret.expose_secret().len() < 16 {
         bail!("invalid configuration: `cursor.secret` must be at least 16 characters");
     }

@@ -116,6 +116,14 @@ prefixed_id!(
     /// A deposit.
     DepositId, "dep_"
 );
+prefixed_id!(
+    /// A named operator.
+    OperatorId, "op_"
+);
+prefixed_id!(
+    /// A money movement held for a second operator.
+    ApprovalId, "apr_"
+);
 
 /// A request id, echoed in `X-Request-Id` and `error.request_id`.
 pub fn new_request_id() -> String {

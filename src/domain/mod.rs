@@ -7,12 +7,14 @@
 
 pub(crate) mod admission;
 pub mod api_key;
+pub mod audit;
 pub mod cursor;
 pub(crate) mod deposit;
 pub mod esim;
 pub mod idempotency;
 pub mod ids;
 pub mod net;
+pub mod operators;
 pub(crate) mod order;
 pub(crate) mod ordering;
 pub mod partner;

@@ -24,6 +24,11 @@ pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FinalBody;
 
+/// The request's id, left in its extensions for handlers that record it
+/// (the operators' audit trail).
+#[derive(Debug, Clone)]
+pub(crate) struct RequestId(pub String);
+
 /// What the envelope needs to render errors.
 #[derive(Clone)]
 pub(crate) struct EnvelopeContext {
@@ -34,10 +39,13 @@ pub(crate) struct EnvelopeContext {
 /// Request id, span, access log line and error rendering.
 pub(crate) async fn envelope(
     State(ctx): State<EnvelopeContext>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let request_id = new_request_id();
+    request
+        .extensions_mut()
+        .insert(RequestId(request_id.clone()));
     let method = request.method().clone();
     let route = request
         .extensions()
@@ -49,6 +57,9 @@ pub(crate) async fn envelope(
         request_id = %request_id,
         method = %method,
         route = %route,
+        // Filled by the operator listener's authorization: who is asking.
+        operator = tracing::field::Empty,
+        operator_id = tracing::field::Empty,
     );
     let started = Instant::now();
     let response = next.run(request).instrument(span.clone()).await;

@@ -1,14 +1,16 @@
 //! `GET /actors`, `GET /admission` and the fault-injection routes.
 
 use axum::{
-    Json,
+    Extension, Json,
     extract::{Path, State},
 };
 use serde_json::{Value, json};
 
 use crate::{
+    domain::{operators::Caller, time},
     http::error::{ApiError, ErrorCode},
     state::AppState,
+    store,
 };
 
 /// The live actors (kind, partner, mailbox length, restarts, start time)
@@ -41,6 +43,7 @@ pub(super) async fn admission(State(state): State<AppState>) -> Json<Value> {
 /// `operator.fault_injection` is true.
 pub(super) async fn fail(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(partner_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     if !state.fault_injection {
@@ -50,6 +53,17 @@ pub(super) async fn fail(
     crate::domain::ids::PartnerId::parse(&partner_id)
         .map_err(|e| ApiError::invalid("partner_id", e.to_string()))?;
     state.accounts.fail(&partner_id).await?;
+    // The failure is in memory, so the row follows it rather than sharing a
+    // transaction with it.
+    let entry = caller
+        .audit(
+            "actor.fail",
+            "actor",
+            format!("account:{partner_id}"),
+            time::now(),
+        )
+        .partner(&partner_id);
+    store::audit::append(&state.db, &entry).await?;
     Ok(Json(
         json!({ "injected": "failure", "partner_id": partner_id }),
     ))
@@ -60,6 +74,7 @@ pub(super) async fn fail(
 /// unless `operator.fault_injection` is true.
 pub(super) async fn fail_provisioning(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
     if !state.fault_injection {
         return Err(ApiError::new(ErrorCode::NotFound)
@@ -73,6 +88,8 @@ pub(super) async fn fail_provisioning(
         return Err(ApiError::new(ErrorCode::NotFound)
             .with_message("Provisioning does not run on this node."));
     }
+    let entry = caller.audit("actor.fail", "actor", "provisioning", time::now());
+    store::audit::append(&state.db, &entry).await?;
     Ok(Json(
         json!({ "injected": "failure", "actor": "provisioning" }),
     ))

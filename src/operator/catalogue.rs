@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use axum::{
-    Json,
+    Extension, Json,
     extract::{Path, State},
 };
 use serde::Deserialize;
@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::{
     catalogue::{DestinationInput, PlanInput, destination_row, plan_row},
-    domain::time,
+    domain::{operators::Caller, time},
     http::{
         error::{ApiError, ErrorCode, Violations},
         extract::{StrictJson, StrictJsonArray},
@@ -26,6 +26,7 @@ use crate::{
 #[tracing::instrument(skip_all, fields(count = body.len()))]
 pub(super) async fn upsert_destinations(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     StrictJsonArray(body): StrictJsonArray<DestinationInput>,
 ) -> Result<Json<Value>, ApiError> {
     let now = time::now();
@@ -37,9 +38,14 @@ pub(super) async fn upsert_destinations(
         .collect();
     v.into_result()?;
     let count = rows.len();
+    let codes: Vec<String> = rows.iter().map(|row| row.code.clone()).collect();
     let txn = store::begin_write(&state.db).await?;
     store::catalogue::upsert_destinations(&txn, rows).await?;
     store::catalogue::bump_version(&txn).await?;
+    let entry = caller
+        .audit("destinations.upsert", "catalogue", "destinations", now)
+        .after(json!({ "codes": codes }));
+    store::audit::append(&txn, &entry).await?;
     txn.commit().await?;
     state.catalogue.reload().await?;
     tracing::info!(count, "destinations upserted");
@@ -50,6 +56,7 @@ pub(super) async fn upsert_destinations(
 #[tracing::instrument(skip_all, fields(count = body.len()))]
 pub(super) async fn upsert_plans(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     StrictJsonArray(body): StrictJsonArray<PlanInput>,
 ) -> Result<Json<Value>, ApiError> {
     let now = time::now();
@@ -74,9 +81,14 @@ pub(super) async fn upsert_plans(
         .collect();
     v.into_result()?;
     let count = rows.len();
+    let ids: Vec<String> = rows.iter().map(|row| row.id.clone()).collect();
     let txn = store::begin_write(&state.db).await?;
     store::catalogue::upsert_plans(&txn, rows).await?;
     store::catalogue::bump_version(&txn).await?;
+    let entry = caller
+        .audit("plans.upsert", "catalogue", "plans", now)
+        .after(json!({ "ids": ids }));
+    store::audit::append(&txn, &entry).await?;
     txn.commit().await?;
     state.catalogue.reload().await?;
     tracing::info!(count, "plans upserted");
@@ -93,14 +105,20 @@ pub(super) struct PlanPatch {
 #[tracing::instrument(skip_all, fields(plan_id = %id))]
 pub(super) async fn patch_plan(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<PlanPatch>,
 ) -> Result<Json<Value>, ApiError> {
+    let now = time::now();
     let txn = store::begin_write(&state.db).await?;
-    let plan = store::catalogue::set_plan_active(&txn, &id, body.active, time::now())
+    let plan = store::catalogue::set_plan_active(&txn, &id, body.active, now)
         .await?
         .ok_or_else(|| ApiError::new(ErrorCode::PlanNotFound))?;
     store::catalogue::bump_version(&txn).await?;
+    let entry = caller
+        .audit("plan.update", "plan", &plan.id, now)
+        .after(json!({ "active": plan.active }));
+    store::audit::append(&txn, &entry).await?;
     txn.commit().await?;
     state.catalogue.reload().await?;
     tracing::info!(active = plan.active, "plan listing changed");
@@ -119,18 +137,21 @@ pub(super) struct DestinationPatch {
 #[tracing::instrument(skip_all, fields(code = %code))]
 pub(super) async fn patch_destination(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(code): Path<String>,
     StrictJson(body): StrictJson<DestinationPatch>,
 ) -> Result<Json<Value>, ApiError> {
     let code = code.to_ascii_uppercase();
+    let now = time::now();
     let txn = store::begin_write(&state.db).await?;
-    let destination =
-        store::catalogue::set_destination_withdrawn(&txn, &code, body.withdrawn, time::now())
-            .await?
-            .ok_or_else(|| {
-                ApiError::new(ErrorCode::NotFound).with_message("No such destination.")
-            })?;
+    let destination = store::catalogue::set_destination_withdrawn(&txn, &code, body.withdrawn, now)
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound).with_message("No such destination."))?;
     store::catalogue::bump_version(&txn).await?;
+    let entry = caller
+        .audit("destination.update", "destination", &destination.code, now)
+        .after(json!({ "withdrawn": destination.withdrawn }));
+    store::audit::append(&txn, &entry).await?;
     txn.commit().await?;
     state.catalogue.reload().await?;
     tracing::info!(withdrawn = destination.withdrawn, "destination changed");

@@ -7,7 +7,10 @@ use reqwest::Method;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
 
-use super::client::OperatorClient;
+use super::{
+    cli_team::{ApprovalsCommand, AuditArgs, OperatorsCommand},
+    client::OperatorClient,
+};
 use crate::config::{Settings, Sources};
 
 /// Where the operator API is and how to authenticate.
@@ -16,7 +19,8 @@ pub struct AdminArgs {
     /// Base URL of the operator listener; default from configuration (`http.operator_addr`).
     #[arg(long, env = "ESIM_OPERATOR_URL", global = true)]
     pub operator_url: Option<String>,
-    /// Operator token; default from configuration (`operator.token`).
+    /// Your operator token; default from configuration (`operator.token`,
+    /// the bootstrap token: use it only to create the first operators).
     #[arg(
         long,
         env = "ESIM_OPERATOR_TOKEN",
@@ -55,6 +59,16 @@ pub enum AdminCommand {
     /// The suppliers: their state, an order's supply, margins.
     #[command(subcommand)]
     Suppliers(SuppliersCommand),
+    /// Who the token belongs to and what its role allows.
+    Whoami,
+    /// Named operators and their roles.
+    #[command(subcommand)]
+    Operators(OperatorsCommand),
+    /// Money movements held for a second operator (four eyes).
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
+    /// The audit trail: who did what, newest first.
+    Audit(AuditArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,7 +92,8 @@ pub enum SuppliersCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum MoneyCommand {
-    /// Move money on the live float: one ledger row.
+    /// Move money on the live float: one ledger row (above
+    /// `operator.four_eyes_cents` it is held for a second operator: 202).
     Move {
         partner_id: String,
         /// `adjustment` (either sign), `payout` or `chargeback` (negative).
@@ -110,7 +125,8 @@ pub enum MoneyCommand {
         #[arg(long)]
         status: Option<String>,
     },
-    /// Approve a review: the amount in question moves on the live float, once.
+    /// Approve a review: the amount in question moves on the live float,
+    /// once (above `operator.four_eyes_cents` it is held for a second operator).
     Approve {
         review_id: String,
         #[arg(long)]
@@ -336,6 +352,10 @@ fn requests_for(command: AdminCommand) -> anyhow::Result<Vec<Request>> {
         AdminCommand::Admission => (Method::GET, "/admission".to_owned(), None),
         AdminCommand::Suppliers(command) => suppliers_request(command),
         AdminCommand::RateLimits => (Method::GET, "/rate-limits".to_owned(), None),
+        AdminCommand::Whoami => (Method::GET, "/me".to_owned(), None),
+        AdminCommand::Operators(command) => super::cli_team::operators_request(command),
+        AdminCommand::Approvals(command) => super::cli_team::approvals_request(command),
+        AdminCommand::Audit(args) => super::cli_team::audit_request(args),
     }])
 }
 

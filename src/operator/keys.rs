@@ -1,14 +1,15 @@
 //! `POST /partners/{id}/keys`: issue a key; the secret is in this answer only.
 
 use axum::{
-    Json,
+    Extension, Json,
     extract::{Path, State},
     http::StatusCode,
 };
 use chrono::{DateTime, Utc};
+use entities::api_key as key_row;
 use ipnet::IpNet;
-use sea_orm::TransactionTrait;
 use serde::Deserialize;
+use serde_json::{Value, json};
 
 use super::{
     partners::{parse_partner_id, partner_not_found},
@@ -18,6 +19,7 @@ use crate::{
     domain::{
         api_key,
         ids::KeyId,
+        operators::Caller,
         partner::{Mode, Status},
         time,
     },
@@ -42,6 +44,7 @@ pub(super) struct IssueKey {
 #[tracing::instrument(skip_all, fields(partner_id = %id))]
 pub(super) async fn issue(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<IssueKey>,
 ) -> Result<(StatusCode, Json<OperatorKey>), ApiError> {
@@ -76,8 +79,9 @@ pub(super) async fn issue(
     }
 
     let issued = api_key::issue(mode);
+    let txn = store::begin_write(&state.db).await?;
     let key = store::keys::insert(
-        &state.db,
+        &txn,
         NewKey {
             id: KeyId::generate().into_string(),
             partner_id: partner.id,
@@ -95,6 +99,12 @@ pub(super) async fn issue(
         now,
     )
     .await?;
+    let entry = caller
+        .audit("key.issue", "key", &key.id, now)
+        .partner(&key.partner_id)
+        .after(shown(&key));
+    store::audit::append(&txn, &entry).await?;
+    txn.commit().await?;
     tracing::info!(key_id = %key.id, mode = %key.mode, "key issued");
     Ok((
         StatusCode::CREATED,
@@ -138,6 +148,7 @@ const MAX_GRACE_SECONDS: i64 = 30 * 24 * 3600;
 #[tracing::instrument(skip_all, fields(key_id = %id))]
 pub(super) async fn rotate(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<RotateKey>,
 ) -> Result<(StatusCode, Json<OperatorKey>), ApiError> {
@@ -160,7 +171,8 @@ pub(super) async fn rotate(
         .allowed_cidrs
         .as_ref()
         .and_then(|v| serde_json::from_value::<Vec<String>>(v.clone()).ok());
-    let txn = state.db.begin().await?;
+    let before = shown(&old);
+    let txn = store::begin_write(&state.db).await?;
     let replacement = store::keys::insert(
         &txn,
         NewKey {
@@ -179,6 +191,12 @@ pub(super) async fn rotate(
     let old_expiry = now + chrono::Duration::seconds(grace);
     let keep = old.expires_at.filter(|at| *at < old_expiry);
     let old = store::keys::set_expiry(&txn, old, Some(keep.unwrap_or(old_expiry))).await?;
+    let entry = caller
+        .audit("key.rotate", "key", &old.id, now)
+        .partner(&old.partner_id)
+        .before(before)
+        .after(json!({ "old": shown(&old), "replacement": shown(&replacement) }));
+    store::audit::append(&txn, &entry).await?;
     txn.commit().await?;
     state.keys.announce(Change::Key(old.id.clone())).await;
     tracing::info!(old_key_id = %old.id, new_key_id = %replacement.id, grace, "key rotated");
@@ -192,12 +210,27 @@ pub(super) async fn rotate(
 #[tracing::instrument(skip_all, fields(key_id = %id))]
 pub(super) async fn revoke(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<OperatorKey>, ApiError> {
     let key = find_key(&state, &id).await?;
     let key = match key.revoked_at {
+        // Revoking again changes nothing, so it writes no row.
         Some(_) => key,
-        None => store::keys::revoke(&state.db, key, time::now()).await?,
+        None => {
+            let now = time::now();
+            let before = shown(&key);
+            let txn = store::begin_write(&state.db).await?;
+            let key = store::keys::revoke(&txn, key, now).await?;
+            let entry = caller
+                .audit("key.revoke", "key", &key.id, now)
+                .partner(&key.partner_id)
+                .before(before)
+                .after(shown(&key));
+            store::audit::append(&txn, &entry).await?;
+            txn.commit().await?;
+            key
+        }
     };
     state.keys.announce(Change::Key(key.id.clone())).await;
     tracing::info!("key revoked");
@@ -216,6 +249,7 @@ pub(super) struct UpdateKey {
 #[tracing::instrument(skip_all, fields(key_id = %id))]
 pub(super) async fn update(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<UpdateKey>,
 ) -> Result<Json<OperatorKey>, ApiError> {
@@ -229,10 +263,29 @@ pub(super) async fn update(
     let cidrs = requested.map(|list| normalize_cidrs(&list, &mut v));
     v.into_result()?;
     let key = find_key(&state, &id).await?;
-    let key = store::keys::set_allowlist(&state.db, key, cidrs).await?;
+    let now = time::now();
+    let before = shown(&key);
+    let txn = store::begin_write(&state.db).await?;
+    let key = store::keys::set_allowlist(&txn, key, cidrs).await?;
+    let entry = caller
+        .audit("key.update", "key", &key.id, now)
+        .partner(&key.partner_id)
+        .before(before)
+        .after(shown(&key));
+    store::audit::append(&txn, &entry).await?;
+    txn.commit().await?;
     state.keys.announce(Change::Key(key.id.clone())).await;
     tracing::info!(allowed_cidrs = ?key.allowed_cidrs, "key allowlist changed");
     Ok(Json(OperatorKey::new(key, None)))
+}
+
+/// What the audit trail shows of a key (never its secret or its hash).
+fn shown(key: &key_row::Model) -> Value {
+    json!({
+        "mode": key.mode, "label": key.label, "last4": key.last4,
+        "allowed_cidrs": key.allowed_cidrs, "expires_at": key.expires_at,
+        "revoked_at": key.revoked_at,
+    })
 }
 
 async fn find_key(state: &AppState, id: &str) -> Result<entities::api_key::Model, ApiError> {

@@ -1,42 +1,52 @@
 //! The operator API (`/operator/v1` on its own listener) and the `admin` CLI
-//! that wraps it. Same error envelope as the partner API; a bearer token from
-//! configuration, compared in constant time.
+//! that wraps it. Same error envelope as the partner API.
+//!
+//! Every route is behind [`auth::authorize`]: a named operator's token (or
+//! the configured bootstrap token, an admin) and the role the route asks
+//! for (`domain::operators::required_role`). Every change writes one row of
+//! the audit trail in its own transaction; money above the four-eyes limit
+//! is held in [`approvals`] for a second operator.
 
 mod actors;
+pub(crate) mod approvals;
+mod audit;
+mod auth;
 mod catalogue;
 pub mod cli;
+pub mod cli_team;
 pub(crate) mod client;
 mod console;
 mod keys;
 mod limits;
 pub(crate) mod money;
+mod operators;
 mod partners;
 pub(crate) mod reviews;
 mod suppliers;
 mod views;
 
 use axum::{
-    Router,
-    extract::{Request, State},
-    http::header,
-    middleware::{self, Next},
-    response::Response,
+    Router, middleware,
     routing::{get, patch, post, put},
 };
-use secrecy::ExposeSecret;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
-use crate::{
-    http::error::{ApiError, ErrorCode},
-    state::AppState,
-};
+use crate::state::AppState;
 
+pub(crate) use auth::authorize;
 pub(crate) use console::routes as console_routes;
 
-/// Routes under `/operator/v1`, all behind the operator token.
+/// Routes under `/operator/v1`, each behind the caller's role.
 pub fn routes(state: AppState) -> Router<AppState> {
     Router::new()
+        .route("/me", get(operators::me))
+        .route("/operators", get(operators::list).post(operators::create))
+        .route("/operators/{id}/rotate", post(operators::rotate))
+        .route("/operators/{id}/revoke", post(operators::revoke))
+        .route("/audit", get(audit::list))
+        .route("/approvals", get(approvals::list))
+        .route("/approvals/{id}", get(approvals::show))
+        .route("/approvals/{id}/approve", post(approvals::approve_route))
+        .route("/approvals/{id}/reject", post(approvals::reject_route))
         .route("/partners", post(partners::create))
         .route(
             "/partners/{id}",
@@ -71,40 +81,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route("/destinations/{code}", patch(catalogue::patch_destination))
         .route("/keys/{id}/rotate", post(keys::rotate))
         .route("/keys/{id}/revoke", post(keys::revoke))
-        .route_layer(middleware::from_fn_with_state(
-            state,
-            require_operator_token,
-        ))
-}
-
-/// Lets a request through only with the operator token (`Bearer`).
-pub(crate) async fn require_operator_token(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .ok_or_else(|| ApiError::new(ErrorCode::AuthMissing))?
-        .to_str()
-        .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    if is_operator_token(&state, presented) {
-        Ok(next.run(request).await)
-    } else {
-        Err(ApiError::new(ErrorCode::AuthInvalidKey)
-            .with_message("The operator token is not valid."))
-    }
-}
-
-/// Whether `presented` is the operator token. Digests are compared so that
-/// neither the length nor a prefix of the token leaks through timing.
-pub(crate) fn is_operator_token(state: &AppState, presented: &str) -> bool {
-    let expected = Sha256::digest(state.operator_token.expose_secret().as_bytes());
-    let given = Sha256::digest(presented.as_bytes());
-    bool::from(expected.ct_eq(&given))
+        .route_layer(middleware::from_fn_with_state(state, authorize))
 }
 
 /// Accepts `null` as "clear" and absence as "leave as it is" for PATCH bodies.

@@ -9,17 +9,26 @@
 //! already left whatever the float says.
 
 use axum::{
-    Json,
+    Extension, Json,
     extract::{Path, State},
     http::StatusCode,
+    response::{IntoResponse, Response},
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::partners::{parse_partner_id, partner_not_found};
+use super::{
+    approvals::{Held, held_response, hold},
+    partners::{parse_partner_id, partner_not_found},
+};
 use crate::{
-    actors::account::Movement,
-    domain::{partner::Status, states::LedgerKind},
+    actors::account::{Authority, Movement},
+    domain::{
+        operators::{Caller, needs_second_operator},
+        partner::Status,
+        states::{ApprovalKind, LedgerKind},
+        time,
+    },
     http::error::{ApiError, Violations},
     http::{deposits::LedgerEntryView, extract::StrictJson},
     state::AppState,
@@ -44,9 +53,10 @@ const MAX_MOVEMENT_CENTS: i64 = 1_000_000_000;
 #[tracing::instrument(skip_all, fields(partner_id = %id))]
 pub(crate) async fn create_movement(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<MovementBody>,
-) -> Result<(StatusCode, Json<LedgerEntryView>), ApiError> {
+) -> Result<Response, ApiError> {
     let id = parse_partner_id(&id)?;
     let mut v = Violations::default();
     // Only these three kinds are an operator's to write.
@@ -86,14 +96,33 @@ pub(crate) async fn create_movement(
     store::partners::find(&state.db, id.as_str())
         .await?
         .ok_or_else(partner_not_found)?;
+    if needs_second_operator(body.amount_cents, state.four_eyes_cents) {
+        let held = Held {
+            kind: ApprovalKind::Movement,
+            partner_id: id.as_str().to_owned(),
+            amount_cents: body.amount_cents,
+            request: json!({ "kind": kind, "amount_cents": body.amount_cents, "description": description }),
+        };
+        return Ok(held_response(
+            hold(&state, &caller, "movement.create", held).await?,
+        ));
+    }
+    let audit = caller
+        .audit("movement.create", "partner", id.as_str(), time::now())
+        .partner(id.as_str())
+        .amount(body.amount_cents)
+        .note(description.clone());
     let movement = Movement {
         allow_overdraft: kind == LedgerKind::Chargeback,
         kind,
         amount_cents: body.amount_cents,
         description,
     };
-    let entry = state.accounts.movement(id.as_str(), movement).await?;
-    Ok((StatusCode::CREATED, Json(LedgerEntryView::new(entry))))
+    let entry = state
+        .accounts
+        .movement(id.as_str(), movement, Authority::direct(audit))
+        .await?;
+    Ok((StatusCode::CREATED, Json(LedgerEntryView::new(entry))).into_response())
 }
 
 /// Body of `PUT /partners/{id}/sandbox-float`.
@@ -106,6 +135,7 @@ pub(crate) struct SandboxFloatBody {
 #[tracing::instrument(skip_all, fields(partner_id = %id))]
 pub(crate) async fn set_sandbox_float(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<SandboxFloatBody>,
 ) -> Result<Json<Value>, ApiError> {
@@ -119,9 +149,12 @@ pub(crate) async fn set_sandbox_float(
     store::partners::find(&state.db, id.as_str())
         .await?
         .ok_or_else(partner_not_found)?;
+    let audit = caller
+        .audit("sandbox_float.set", "partner", id.as_str(), time::now())
+        .partner(id.as_str());
     state
         .accounts
-        .set_sandbox_float(id.as_str(), body.balance_cents)
+        .set_sandbox_float(id.as_str(), body.balance_cents, Authority::direct(audit))
         .await?;
     Ok(Json(
         json!({ "object": "balance", "mode": "sandbox", "balance_cents": body.balance_cents, "currency": "USD" }),
@@ -141,9 +174,10 @@ pub(crate) struct WireDepositBody {
 #[tracing::instrument(skip_all, fields(partner_id = %id))]
 pub(crate) async fn create_wire_deposit(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<WireDepositBody>,
-) -> Result<(StatusCode, Json<crate::http::deposits::DepositView>), ApiError> {
+) -> Result<Response, ApiError> {
     let id = parse_partner_id(&id)?;
     let mut v = Violations::default();
     v.check(
@@ -165,12 +199,34 @@ pub(crate) async fn create_wire_deposit(
         return Err(ApiError::new(crate::http::error::ErrorCode::Conflict)
             .with_message("The account is closed; a person must decide where the money goes."));
     }
+    if needs_second_operator(body.amount_cents, state.four_eyes_cents) {
+        let held = Held {
+            kind: ApprovalKind::WireDeposit,
+            partner_id: id.as_str().to_owned(),
+            amount_cents: body.amount_cents,
+            request: json!({ "amount_cents": body.amount_cents, "reference": reference }),
+        };
+        return Ok(held_response(
+            hold(&state, &caller, "wire_deposit.create", held).await?,
+        ));
+    }
+    let audit = caller
+        .audit("wire_deposit.create", "partner", id.as_str(), time::now())
+        .partner(id.as_str())
+        .amount(body.amount_cents)
+        .note(reference.clone());
     let deposit = state
         .accounts
-        .wire_deposit(id.as_str(), body.amount_cents, &reference)
+        .wire_deposit(
+            id.as_str(),
+            body.amount_cents,
+            &reference,
+            Authority::direct(audit),
+        )
         .await?;
     Ok((
         StatusCode::CREATED,
         Json(crate::http::deposits::DepositView::new(deposit)),
-    ))
+    )
+        .into_response())
 }

@@ -1,16 +1,19 @@
 //! `POST /partners`, `GET /partners/{id}`, `PATCH /partners/{id}`.
 
 use axum::{
-    Json,
+    Extension, Json,
     extract::{Path, State},
     http::StatusCode,
 };
+use entities::partner;
 use serde::Deserialize;
+use serde_json::{Value, json};
 
 use super::{double_option, views::OperatorPartner};
 use crate::{
     domain::{
         ids::PartnerId,
+        operators::{Caller, Role},
         partner::{Status, is_valid_slug, may_become, slugify},
         time,
     },
@@ -42,6 +45,7 @@ pub(super) struct CreatePartner {
 #[tracing::instrument(skip_all)]
 pub(super) async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     StrictJson(body): StrictJson<CreatePartner>,
 ) -> Result<(StatusCode, Json<OperatorPartner>), ApiError> {
     let mut v = Violations::default();
@@ -85,7 +89,9 @@ pub(super) async fn create(
         low_balance_threshold_cents: threshold,
         sandbox_float_cents: state.sandbox_initial_float_cents,
     };
-    let created = store::partners::create(&state.db, new, time::now())
+    let now = time::now();
+    let txn = store::begin_write(&state.db).await?;
+    let created = store::partners::create(&*txn, new, now)
         .await
         .map_err(|err| {
             if store::is_unique_violation(&err) {
@@ -96,6 +102,13 @@ pub(super) async fn create(
                 err.into()
             }
         })?;
+    let id = created.partner.id.clone();
+    let entry = caller
+        .audit("partner.create", "partner", &id, now)
+        .partner(&id)
+        .after(terms(&created.partner));
+    store::audit::append(&txn, &entry).await?;
+    txn.commit().await?;
     tracing::info!(partner_id = %created.partner.id, "partner created");
     Ok((StatusCode::CREATED, Json(OperatorPartner::new(created))))
 }
@@ -126,10 +139,17 @@ pub(super) struct UpdatePartner {
 #[tracing::instrument(skip_all, fields(partner_id = %id))]
 pub(super) async fn update(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<UpdatePartner>,
 ) -> Result<Json<OperatorPartner>, ApiError> {
     let id = parse_partner_id(&id)?;
+    let reprices = body.tier.is_some() || body.discount_override_bps.is_some();
+    if reprices && !caller.may(Role::Finance) {
+        // A tier or a discount is what the partner pays: money, so finance's.
+        let what = format!("PATCH /partners/{} (pricing)", id.as_str());
+        return Err(super::auth::refuse(&state, &caller, Role::Finance, &what).await);
+    }
     let current = store::partners::find(&state.db, id.as_str())
         .await?
         .ok_or_else(partner_not_found)?;
@@ -163,7 +183,17 @@ pub(super) async fn update(
         discount_override_bps: body.discount_override_bps.map(|d| d.map(|bps| bps as i32)),
         low_balance_threshold_cents: body.low_balance_threshold_cents,
     };
-    store::partners::update(&state.db, current, changes, time::now()).await?;
+    let now = time::now();
+    let before = terms(&current);
+    let txn = store::begin_write(&state.db).await?;
+    let changed = store::partners::update(&txn, current, changes, now).await?;
+    let entry = caller
+        .audit("partner.update", "partner", id.as_str(), now)
+        .partner(id.as_str())
+        .before(before)
+        .after(terms(&changed));
+    store::audit::append(&txn, &entry).await?;
+    txn.commit().await?;
     state
         .keys
         .announce(Change::Partner(id.as_str().to_owned()))
@@ -173,6 +203,15 @@ pub(super) async fn update(
         .ok_or_else(partner_not_found)?;
     tracing::info!(status = %updated.partner.status, tier = %updated.partner.tier, "partner updated");
     Ok(Json(OperatorPartner::new(updated)))
+}
+
+/// What an operator may change of a partner, as the audit trail shows it.
+fn terms(partner: &partner::Model) -> Value {
+    json!({
+        "name": partner.name, "slug": partner.slug, "status": partner.status,
+        "tier": partner.tier, "discount_override_bps": partner.discount_override_bps,
+        "low_balance_threshold_cents": partner.low_balance_threshold_cents,
+    })
 }
 
 pub(super) fn parse_partner_id(id: &str) -> Result<PartnerId, ApiError> {

@@ -7,15 +7,21 @@
 //! only to an open review: a second one is a 409, never a second movement.
 
 use axum::{
-    Json,
+    Extension, Json,
     extract::{Path, State},
+    response::{IntoResponse, Response},
 };
-use entities::review;
+use entities::{approval, review};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{
-    domain::{states::ReviewStatus, time},
+    actors::account::Authority,
+    domain::{
+        operators::{Caller, needs_second_operator},
+        states::{ApprovalKind, ReviewStatus},
+        time,
+    },
     http::{
         error::{ApiError, ErrorCode, Violations},
         extract::{StrictJson, StrictQuery},
@@ -62,11 +68,12 @@ pub(crate) struct DecisionBody {
 #[tracing::instrument(skip_all, fields(review_id = %id))]
 pub(crate) async fn resolve(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<ResolveBody>,
 ) -> Result<Json<Value>, ApiError> {
     let note = checked_note("resolution", &body.resolution)?;
-    close(&state, &id, ReviewStatus::Resolved, note)
+    close(&state, &caller, &id, ReviewStatus::Resolved, note)
         .await
         .map(|r| Json(review_json(r)))
 }
@@ -74,23 +81,26 @@ pub(crate) async fn resolve(
 #[tracing::instrument(skip_all, fields(review_id = %id))]
 pub(crate) async fn approve_route(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<DecisionBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let note = checked_note("note", &body.note)?;
-    approve(&state, &id, note)
-        .await
-        .map(|r| Json(review_json(r)))
+    Ok(match approve(&state, &caller, &id, note).await? {
+        Decided::Done(review) => Json(review_json(review)).into_response(),
+        Decided::Held(approval) => super::approvals::held_response(approval),
+    })
 }
 
 #[tracing::instrument(skip_all, fields(review_id = %id))]
 pub(crate) async fn reject_route(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     StrictJson(body): StrictJson<DecisionBody>,
 ) -> Result<Json<Value>, ApiError> {
     let note = checked_note("note", &body.note)?;
-    close(&state, &id, ReviewStatus::Rejected, note)
+    close(&state, &caller, &id, ReviewStatus::Rejected, note)
         .await
         .map(|r| Json(review_json(r)))
 }
@@ -104,25 +114,61 @@ pub(crate) fn checked_note<'a>(param: &'static str, note: &'a str) -> Result<&'a
     Ok(note)
 }
 
+/// What an approval of a review did.
+pub(crate) enum Decided {
+    /// The decision is taken: the review is closed (and, if approved, the
+    /// amount moved).
+    Done(review::Model),
+    /// The amount is above the four-eyes limit: held for a second operator.
+    Held(approval::Model),
+}
+
 /// Approves a review through its partner's account actor: the amount in
-/// question moves once, and the review is closed in the same transaction.
+/// question moves once, and the review is closed in the same transaction;
+/// above the four-eyes limit it is held for a second operator instead.
 pub(crate) async fn approve(
     state: &AppState,
+    caller: &Caller,
     id: &str,
     note: &str,
-) -> Result<review::Model, ApiError> {
+) -> Result<Decided, ApiError> {
     let found = find(state, id).await?;
+    if needs_second_operator(found.amount_cents, state.four_eyes_cents) {
+        if found.status != ReviewStatus::Open {
+            return Err(already(found.status));
+        }
+        let held = super::approvals::Held {
+            kind: ApprovalKind::Review,
+            partner_id: found.partner_id.clone(),
+            amount_cents: found.amount_cents,
+            request: json!({ "review_id": found.id, "note": note }),
+        };
+        let row = super::approvals::hold(state, caller, "review.approve", held).await?;
+        return Ok(Decided::Held(row));
+    }
+    let audit = caller
+        .audit("review.approve", "review", &found.id, time::now())
+        .partner(&found.partner_id)
+        .amount(found.amount_cents)
+        .before(json!({ "status": found.status }))
+        .note(note);
     let approved = state
         .accounts
-        .approve_review(&found.partner_id, &found.id, note)
+        .approve_review(&found.partner_id, &found.id, note, Authority::direct(audit))
         .await?;
-    Ok(approved)
+    Ok(Decided::Done(approved))
+}
+
+fn already(status: ReviewStatus) -> ApiError {
+    ApiError::new(ErrorCode::Conflict)
+        .with_message(format!("The review is already {status}; nothing changed."))
 }
 
 /// Closes an open review as `status` (rejected or resolved) without moving
 /// money.
 pub(crate) async fn close(
     state: &AppState,
+    caller: &Caller,
     id: &str,
     status: ReviewStatus,
     note: &str,
@@ -135,13 +181,25 @@ pub(crate) async fn close(
         ledger_entry_id: None,
         now,
     };
-    if !store::deposits::decide_review(&state.db, &found.id, decision).await? {
+    let action = match status {
+        ReviewStatus::Rejected => "review.reject",
+        _ => "review.resolve",
+    };
+    let entry = caller
+        .audit(action, "review", &found.id, now)
+        .partner(&found.partner_id)
+        .amount(found.amount_cents)
+        .before(json!({ "status": found.status }))
+        .after(json!({ "status": status }))
+        .note(note);
+    let txn = store::begin_write(&state.db).await?;
+    if !store::deposits::decide_review(&txn, &found.id, decision).await? {
+        txn.rollback().await?;
         let current = find(state, id).await?;
-        return Err(ApiError::new(ErrorCode::Conflict).with_message(format!(
-            "The review is already {}; nothing changed.",
-            current.status
-        )));
+        return Err(already(current.status));
     }
+    store::audit::append(&txn, &entry).await?;
+    txn.commit().await?;
     tracing::info!(review_id = %found.id, deposit_id = %found.deposit_id, status = %status, "review closed");
     // What `decide_review` wrote (`now` is already at the stored precision).
     Ok(review::Model {
@@ -158,7 +216,7 @@ async fn find(state: &AppState, id: &str) -> Result<review::Model, ApiError> {
         .ok_or_else(|| ApiError::new(ErrorCode::NotFound).with_message("No such review."))
 }
 
-fn review_json(row: review::Model) -> Value {
+pub(crate) fn review_json(row: review::Model) -> Value {
     json!({
         "object": "review", "id": row.id, "deposit_id": row.deposit_id, "partner_id": row.partner_id,
         "reason": row.reason, "detail": row.detail, "amount_cents": row.amount_cents,

@@ -5,6 +5,8 @@
 //! `IMMEDIATE` ([`begin_write`]) so two writers never deadlock on a lock
 //! upgrade and SQLite never answers `SQLITE_BUSY` mid-transaction.
 
+pub mod approvals;
+pub mod audit;
 pub(crate) mod bulk;
 pub(crate) mod catalogue;
 pub(crate) mod changes;
@@ -12,6 +14,7 @@ pub(crate) mod deposits;
 pub(crate) mod esims;
 pub(crate) mod keys;
 pub mod nodes;
+pub mod operators;
 pub mod orders;
 pub mod partners;
 pub(crate) mod supplier_orders;

@@ -5,6 +5,9 @@
 //! loads with no console error, no uncaught exception and no failed load
 //! (a broken link's 404 is one), shows its navigation, and is saved as a
 //! screenshot under the test binary's temporary folder for people to look at.
+//! The console is driven the same way: every page as an administrator, a
+//! review approved from its form, and what a viewer and a finance operator
+//! are offered on the reviews, approvals and audit pages.
 //!
 //! Chromium is `$CHROMIUM` or `/usr/bin/chromium` (Debian's `chromium`). A
 //! machine without it skips these tests, unless `BROWSER_TESTS_REQUIRED=1`
@@ -338,8 +341,8 @@ async fn an_operator_signs_in_to_the_console_and_approves_a_deposit_in_a_real_br
     .await;
     assert_eq!(
         seen.len(),
-        7,
-        "overview, partners, the partner, orders, reviews, actors, suppliers: {seen:?}"
+        9,
+        "overview, partners, the partner, orders, reviews, approvals, actors, suppliers, audit: {seen:?}"
     );
     page.goto(format!("{origin}/console/partners").as_str())
         .await
@@ -381,6 +384,143 @@ async fn an_operator_signs_in_to_the_console_and_approves_a_deposit_in_a_real_br
     );
     shots.take(&page, "partners-after").await;
     assert_eq!(crate::helpers::balance(&app, &secret).await, 50_000);
+    let found = problems.take();
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+/// Signs in on the console's form with `token` and waits for the overview.
+async fn sign_in_with(page: &Page, origin: &str, token: &str) {
+    page.goto(format!("{origin}/console/login").as_str())
+        .await
+        .unwrap();
+    page.find_element("#token")
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap()
+        .type_str(token)
+        .await
+        .unwrap();
+    click_until(page, "main form button[type=submit]", "Signed in as").await;
+}
+
+/// How many forms, buttons and fields the page shows that would decide
+/// money: anything posting to an approve or reject route, and note fields.
+async fn money_forms(page: &Page) -> u64 {
+    let selector = "form[action$='/approve'], form[action$='/reject'], \
+        button[formaction$='/approve'], button[formaction$='/reject'], input[name=note]";
+    page.evaluate(format!("document.querySelectorAll(\"{selector}\").length"))
+        .await
+        .unwrap()
+        .into_value()
+        .unwrap()
+}
+
+/// Whether anything on the page is wider than the window (a table or a
+/// form running off its right edge).
+async fn overflows(page: &Page) -> bool {
+    page.evaluate("document.documentElement.scrollWidth > window.innerWidth")
+        .await
+        .unwrap()
+        .into_value()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_viewer_is_offered_no_money_forms_and_a_second_finance_operator_approves_in_a_real_browser()
+ {
+    let Some(executable) = chromium() else {
+        return;
+    };
+    let overrides: Vec<(&str, &str)> = crate::deposits::UNTHROTTLED
+        .iter()
+        .copied()
+        .chain([("operator.four_eyes_cents", "100000")])
+        .collect();
+    let app = crate::helpers::spawn_app_with(&overrides).await;
+    let (partner_id, secret) = crate::helpers::live_partner(&app).await;
+    let (_, review) = crate::reviews::paid_after_credit(&app, &secret).await;
+    let review_id = review["id"].as_str().unwrap();
+    let (_, vera) = app.create_operator("Vera Viewer", "viewer").await;
+    let (_, fiona) = app.create_operator("Fiona Finance", "finance").await;
+    let (_, frank) = app.create_operator("Frank Finance", "finance").await;
+    let approval = crate::console::held_adjustment(&app, &fiona, &partner_id).await;
+    let headless = Headless::launch(executable).await;
+    let page = headless.browser.new_page("about:blank").await.unwrap();
+    let problems = Problems::watch(&page).await;
+    let shots = Screenshots::in_folder("console-screenshots");
+    let origin = app.operator.clone();
+
+    // A viewer sees the open review and the held adjustment, and no form to decide them.
+    sign_in_with(&page, &origin, &vera).await;
+    for (path, shown, shot) in [
+        ("/console/reviews", review_id, "viewer-reviews"),
+        ("/console/approvals", approval.as_str(), "viewer-approvals"),
+    ] {
+        page.goto(format!("{origin}{path}").as_str()).await.unwrap();
+        let text = text(&page).await;
+        assert!(text.contains("Signed in as Vera Viewer (viewer)"), "{text}");
+        assert!(
+            text.contains(shown) && text.contains("need the finance role"),
+            "{text}"
+        );
+        assert_eq!(money_forms(&page).await, 0, "{path}: {text}");
+        shots.take(&page, shot).await;
+        assert!(!overflows(&page).await, "{path} is wider than the window");
+    }
+    click_until(&page, "header form button[type=submit]", "Operator token").await;
+
+    // The second finance operator sees the forms and approves: the money moves.
+    sign_in_with(&page, &origin, &frank).await;
+    page.goto(format!("{origin}/console/approvals").as_str())
+        .await
+        .unwrap();
+    assert!(money_forms(&page).await > 0, "{}", text(&page).await);
+    shots.take(&page, "finance-approvals").await;
+    assert!(
+        !overflows(&page).await,
+        "the approvals are wider than the window"
+    );
+    let form = format!("#decide-{approval}");
+    page.find_element(format!("{form} input[name=note]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap()
+        .type_str("matches the bank statement")
+        .await
+        .unwrap();
+    click_until(
+        &page,
+        &format!("{form} button[formaction$='/approve']"),
+        &format!("Approval {approval} is approved."),
+    )
+    .await;
+    shots.take(&page, "finance-approvals-decided").await;
+    assert_eq!(crate::helpers::balance(&app, &secret).await, 520_000);
+
+    // The audit page tells the story, with names.
+    page.goto(format!("{origin}/console/audit").as_str())
+        .await
+        .unwrap();
+    let text = text(&page).await;
+    for expected in [
+        "approval.approve",
+        "Frank Finance",
+        "movement.create",
+        "Fiona Finance",
+        "console.sign_in",
+        "Vera Viewer",
+    ] {
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
+    shots.take(&page, "audit").await;
+    assert!(
+        !overflows(&page).await,
+        "the audit trail is wider than the window"
+    );
     let found = problems.take();
     assert!(found.is_empty(), "{found:#?}");
 }

@@ -1,6 +1,8 @@
-//! The operator console over plain HTTP: signing in with the operator token,
+//! The operator console over plain HTTP: signing in with an operator token,
 //! the signed and expiring session cookie, the CSRF token on every form,
-//! what each page shows, and a deposit review decided from its form once.
+//! what each page shows, a deposit review decided from its form once, the
+//! forms each role is offered, approvals held for a second operator, the
+//! audit trail, and a revoked operator signed out.
 //! (`browser.rs` drives the same pages in headless Chromium.)
 
 use std::time::Duration;
@@ -8,9 +10,10 @@ use std::time::Duration;
 use hmac::{Hmac, Mac};
 use reqwest::{Method, StatusCode, header};
 use serde_json::json;
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 use crate::{
+    deposits::UNTHROTTLED,
     helpers::{
         OPERATOR_TOKEN, TestApp, balance, eventually, fund, live_partner, read, sandbox_key,
         spawn_app_with,
@@ -99,20 +102,29 @@ async fn try_sign_in(app: &TestApp, token: &str) -> Answer {
     .await
 }
 
-/// Signs in and returns the `Cookie` header value of the session.
+/// Signs in with the bootstrap token and returns the `Cookie` header value
+/// of the session.
 pub(crate) async fn sign_in(app: &TestApp) -> String {
-    let answer = try_sign_in(app, OPERATOR_TOKEN).await;
+    sign_in_as(app, OPERATOR_TOKEN).await
+}
+
+/// Signs in with an operator's `token` and returns the `Cookie` header value
+/// of the session.
+pub(crate) async fn sign_in_as(app: &TestApp, token: &str) -> String {
+    let answer = try_sign_in(app, token).await;
     assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
     let set = answer.headers[header::SET_COOKIE].to_str().unwrap();
     set.split(';').next().unwrap().to_owned()
 }
 
-/// A session cookie signed with the operator token, expiring at `expires`.
+/// A bootstrap session cookie signed with the operator token, expiring at
+/// `expires`.
 fn forged_session(expires: i64) -> String {
+    let token_hash = hex::encode(Sha256::digest(OPERATOR_TOKEN.as_bytes()));
     let mut mac = Hmac::<Sha256>::new_from_slice(OPERATOR_TOKEN.as_bytes()).unwrap();
-    mac.update(format!("session:{expires}").as_bytes());
+    mac.update(format!("session:{expires}:op_bootstrap:{token_hash}").as_bytes());
     format!(
-        "esim_console={expires}.{}",
+        "esim_console={expires}.op_bootstrap.{}",
         hex::encode(mac.finalize().into_bytes())
     )
 }
@@ -131,7 +143,7 @@ async fn the_console_asks_for_the_operator_token_and_keeps_a_signed_expiring_ses
     let wrong = try_sign_in(&app, "not-the-token").await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
     assert!(
-        wrong.body.contains("not the operator token"),
+        wrong.body.contains("not an operator token"),
         "{}",
         wrong.body
     );
@@ -495,4 +507,384 @@ async fn the_overview_charts_the_last_hour_and_a_partner_page_draws_its_float() 
     assert!(body.contains("$80.08"), "100 - 3 × 2 × 3.32 live: {body}");
     let unknown = open(&app, Some(&cookie), "/console/partners/pt_nobody").await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+}
+
+/// Whether a page offers any form that decides money: a form or button
+/// posting to an `approve` or `reject` route, or a note field.
+fn offers_decisions(body: &str) -> bool {
+    body.contains("/approve\"") || body.contains("/reject\"") || body.contains(r#"name="note""#)
+}
+
+#[tokio::test]
+async fn a_viewer_sees_reviews_without_forms_and_a_finance_operator_decides_them() {
+    let app = crate::deposits::deposits_app().await;
+    let (_, secret) = live_partner(&app).await;
+    let (_, review) = paid_after_credit(&app, &secret).await;
+    let review_id = review["id"].as_str().unwrap();
+    let approve = format!("/console/reviews/{review_id}/approve");
+    let (_, viewer) = app.create_operator("Vera Viewer", "viewer").await;
+    let (_, support) = app.create_operator("Sam Support", "support").await;
+    let (_, finance) = app.create_operator("Fiona Finance", "finance").await;
+
+    for (token, name, role) in [
+        (&viewer, "Vera Viewer", "viewer"),
+        (&support, "Sam Support", "support"),
+    ] {
+        let cookie = sign_in_as(&app, token).await;
+        let page = open(&app, Some(&cookie), "/console/reviews").await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        let signed_in = format!("Signed in as <strong>{name}</strong> ({role})");
+        assert!(page.body.contains(&signed_in), "{}", page.body);
+        assert!(
+            page.body.contains(review_id),
+            "the review is listed: {}",
+            page.body
+        );
+        assert!(
+            page.body
+                .contains("Decisions on deposit reviews need the finance role"),
+            "{}",
+            page.body
+        );
+        assert!(!offers_decisions(&page.body), "{role}: {}", page.body);
+
+        // The route refuses it all the same, and nothing moves.
+        let csrf = page.csrf();
+        let refused = submit(&app, &cookie, &approve, &[("csrf", &csrf), ("note", "ok")]).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+        assert!(
+            refused.body.contains("This needs the finance role"),
+            "{}",
+            refused.body
+        );
+        assert!(!offers_decisions(&refused.body), "{}", refused.body);
+        assert_eq!(balance(&app, &secret).await, 20_000, "nothing moved");
+    }
+
+    let cookie = sign_in_as(&app, &finance).await;
+    let page = open(&app, Some(&cookie), "/console/reviews").await;
+    assert!(
+        page.body.contains(&format!(r#"formaction="{approve}""#)),
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.body.contains("need the finance role"),
+        "{}",
+        page.body
+    );
+    let approved = submit(
+        &app,
+        &cookie,
+        &approve,
+        &[("csrf", &page.csrf()), ("note", "checked on chain")],
+    )
+    .await;
+    assert_eq!(approved.status, StatusCode::SEE_OTHER, "{}", approved.body);
+    let shown = open(&app, Some(&cookie), approved.location()).await;
+    assert!(shown.body.contains("is approved"), "{}", shown.body);
+    assert_eq!(balance(&app, &secret).await, 50_000);
+
+    // The trail names who tried and who decided.
+    let trail = open(&app, Some(&cookie), "/console/audit?action=role").await;
+    assert_eq!(trail.status, StatusCode::OK, "{}", trail.body);
+    for expected in ["Vera Viewer", "Sam Support", "role.refuse", "refused"] {
+        assert!(trail.body.contains(expected), "{expected}: {}", trail.body);
+    }
+    let trail = open(&app, Some(&cookie), "/console/audit?operator=Fiona+Finance").await;
+    assert!(trail.body.contains("review.approve"), "{}", trail.body);
+    assert!(!trail.body.contains("Vera Viewer</td>"), "{}", trail.body);
+}
+
+/// A $5,000 adjustment `token` asks for, held for a second operator: its
+/// approval id.
+pub(crate) async fn held_adjustment(app: &TestApp, token: &str, partner_id: &str) -> String {
+    let (status, held) = read(
+        app.as_operator(
+            token,
+            Method::POST,
+            &format!("/partners/{partner_id}/movements"),
+        )
+        .json(&json!({ "kind": "adjustment", "amount_cents": 500_000, "description": "wire received, bank ref 42" }))
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{held}");
+    assert_eq!(held["status"], "pending_approval", "{held}");
+    held["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_second_finance_operator_approves_a_held_adjustment_on_the_console_once() {
+    let app = spawn_app_with(&[("operator.four_eyes_cents", "100000")]).await;
+    let (partner_id, secret) = live_partner(&app).await;
+    let (_, fiona) = app.create_operator("Fiona Finance", "finance").await;
+    let (_, frank) = app.create_operator("Frank Finance", "finance").await;
+    let (_, vera) = app.create_operator("Vera Viewer", "viewer").await;
+    let approval = held_adjustment(&app, &fiona, &partner_id).await;
+    let approve = format!("/console/approvals/{approval}/approve");
+
+    // Its requester sees it waiting, without forms; the route refuses her.
+    let own = sign_in_as(&app, &fiona).await;
+    let page = open(
+        &app,
+        Some(&own),
+        &format!("/console/approvals?held={approval}"),
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    for expected in [
+        "Held for a second operator's approval",
+        approval.as_str(),
+        "$5,000.00",
+        "wire received, bank ref 42",
+        "waiting for another operator",
+    ] {
+        assert!(page.body.contains(expected), "{expected}: {}", page.body);
+    }
+    assert!(!offers_decisions(&page.body), "{}", page.body);
+    let csrf = page.csrf();
+    let refused = submit(&app, &own, &approve, &[("csrf", &csrf), ("note", "mine")]).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+    assert!(
+        refused
+            .body
+            .contains("Another finance or admin operator must approve this"),
+        "{}",
+        refused.body
+    );
+
+    // A viewer sees it, without forms, and is refused.
+    let viewer = sign_in_as(&app, &vera).await;
+    let page = open(&app, Some(&viewer), "/console/approvals").await;
+    assert!(page.body.contains(&approval), "{}", page.body);
+    assert!(page.body.contains("need the finance role"), "{}", page.body);
+    assert!(!offers_decisions(&page.body), "{}", page.body);
+    let csrf = page.csrf();
+    let refused = submit(&app, &viewer, &approve, &[("csrf", &csrf), ("note", "no")]).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+    assert_eq!(balance(&app, &secret).await, 0, "nothing moved yet");
+
+    // The second finance operator approves it from the form: it moves once.
+    let second = sign_in_as(&app, &frank).await;
+    let page = open(&app, Some(&second), "/console/approvals").await;
+    assert!(
+        page.body.contains(&format!(r#"formaction="{approve}""#)),
+        "{}",
+        page.body
+    );
+    let csrf = page.csrf();
+    let forged = submit(
+        &app,
+        &second,
+        &approve,
+        &[("csrf", "forged"), ("note", "ok")],
+    )
+    .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    let blank = submit(&app, &second, &approve, &[("csrf", &csrf), ("note", "")]).await;
+    assert_eq!(blank.status, StatusCode::BAD_REQUEST, "{}", blank.body);
+    let approved = submit(
+        &app,
+        &second,
+        &approve,
+        &[("csrf", &csrf), ("note", "matches the bank statement")],
+    )
+    .await;
+    assert_eq!(approved.status, StatusCode::SEE_OTHER, "{}", approved.body);
+    assert_eq!(
+        approved.location(),
+        format!("/console/approvals?decided={approval}")
+    );
+    let shown = open(&app, Some(&second), approved.location()).await;
+    assert!(
+        shown
+            .body
+            .contains(&format!("Approval <code>{approval}</code> is approved.")),
+        "{}",
+        shown.body
+    );
+    assert!(
+        shown.body.contains("Nothing waits for a second operator."),
+        "{}",
+        shown.body
+    );
+    assert!(
+        shown.body.contains("matches the bank statement"),
+        "{}",
+        shown.body
+    );
+    assert_eq!(balance(&app, &secret).await, 500_000);
+    let again = submit(
+        &app,
+        &second,
+        &approve,
+        &[("csrf", &csrf), ("note", "twice")],
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.body);
+    assert!(again.body.contains("already approved"), "{}", again.body);
+    assert_eq!(balance(&app, &secret).await, 500_000, "moved once");
+
+    audit_shows_the_steps(&app, &second, &approval, &partner_id).await;
+}
+
+/// The rows of a page's table (its `<tbody>`), or nothing without one.
+fn rows_of(body: &str) -> &str {
+    body.split_once("<tbody>").map_or("", |(_, rows)| rows)
+}
+
+/// The audit page of the held adjustment's story: each step with its
+/// operator, filters, pages and bad filters answered with the API's words.
+async fn audit_shows_the_steps(app: &TestApp, cookie: &str, approval: &str, partner_id: &str) {
+    let trail = open(app, Some(cookie), "/console/audit").await;
+    assert_eq!(trail.status, StatusCode::OK, "{}", trail.body);
+    let rows = rows_of(&trail.body);
+    for expected in [
+        "movement.create",
+        "pending_approval",
+        "four_eyes.refuse",
+        "role.refuse",
+        "approval.approve",
+        "console.sign_in",
+        "Fiona Finance",
+        "Frank Finance",
+        "Vera Viewer",
+        "$5,000.00",
+        "matches the bank statement",
+        approval,
+    ] {
+        assert!(rows.contains(expected), "{expected} missing: {rows}");
+    }
+    let newest_first =
+        rows.find("approval.approve").unwrap() < rows.find("movement.create").unwrap();
+    assert!(newest_first, "{rows}");
+
+    // The form's empty fields filter nothing.
+    let theirs = "/console/audit?operator=Fiona+Finance&partner_id=&action=";
+    let theirs = open(app, Some(cookie), theirs).await;
+    let rows = rows_of(&theirs.body);
+    assert!(rows.contains("movement.create"), "{rows}");
+    assert!(!rows.contains("Frank Finance"), "{rows}");
+    assert!(
+        theirs
+            .body
+            .contains(r#"name="operator" value="Fiona Finance""#),
+        "the form keeps the filter: {}",
+        theirs.body
+    );
+    let partner = format!("/console/audit?partner_id={partner_id}&action=approval");
+    let partner = open(app, Some(cookie), &partner).await;
+    let rows = rows_of(&partner.body);
+    assert!(rows.contains("approval.approve"), "{rows}");
+    assert!(!rows.contains("movement.create"), "{rows}");
+
+    // Two rows a page: "Next page" leads on, to older rows.
+    let first = open(app, Some(cookie), "/console/audit?limit=2").await;
+    assert_eq!(rows_of(&first.body).matches("<tr>").count(), 2);
+    let (_, rest) = first
+        .body
+        .split_once(r#"href="/console/audit?limit=2&amp;cursor="#)
+        .unwrap_or_else(|| panic!("no next page: {}", first.body));
+    let cursor = rest.split('"').next().unwrap();
+    assert!(rest.contains("Next page"), "{rest}");
+    let next = format!("/console/audit?limit=2&cursor={cursor}");
+    let next = open(app, Some(cookie), &next).await;
+    assert_eq!(next.status, StatusCode::OK, "{}", next.body);
+    assert!(next.body.contains("Back to the newest"), "{}", next.body);
+    assert_eq!(rows_of(&next.body).matches("<tr>").count(), 2);
+    assert_ne!(rows_of(&first.body), rows_of(&next.body), "older rows");
+
+    for (query, message) in [
+        ("cursor=garbage".to_owned(), "cursor"),
+        ("limit=0".to_owned(), "must be an integer from 1 to 200"),
+        (
+            format!("operator={}", "x".repeat(101)),
+            "must be 1 to 100 characters",
+        ),
+    ] {
+        let bad = open(app, Some(cookie), &format!("/console/audit?{query}")).await;
+        assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{query}: {}", bad.body);
+        assert!(bad.body.contains(message), "{query}: {}", bad.body);
+        assert!(
+            bad.body.contains(r#"name="operator""#),
+            "the form stays: {}",
+            bad.body
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_review_approval_above_the_limit_is_held_and_shown_on_the_approvals_page() {
+    let overrides: Vec<(&str, &str)> = UNTHROTTLED
+        .iter()
+        .copied()
+        .chain([("operator.four_eyes_cents", "10000")])
+        .collect();
+    let app = spawn_app_with(&overrides).await;
+    let (_, secret) = live_partner(&app).await;
+    let (_, review) = paid_after_credit(&app, &secret).await;
+    let review_id = review["id"].as_str().unwrap();
+    let (_, finance) = app.create_operator("Fiona Finance", "finance").await;
+    let cookie = sign_in_as(&app, &finance).await;
+    let csrf = open(&app, Some(&cookie), "/console/reviews").await.csrf();
+
+    let held = submit(
+        &app,
+        &cookie,
+        &format!("/console/reviews/{review_id}/approve"),
+        &[("csrf", &csrf), ("note", "paid late; checked")],
+    )
+    .await;
+    assert_eq!(held.status, StatusCode::SEE_OTHER, "{}", held.body);
+    assert!(
+        held.location().starts_with("/console/approvals?held=apr_"),
+        "{}",
+        held.location()
+    );
+    let page = open(&app, Some(&cookie), held.location()).await;
+    for expected in [
+        "Held for a second operator's approval",
+        "review approval",
+        "$300.00",
+        review_id,
+        "paid late; checked",
+        "waiting for another operator",
+    ] {
+        assert!(page.body.contains(expected), "{expected}: {}", page.body);
+    }
+    assert_eq!(balance(&app, &secret).await, 20_000, "nothing moved yet");
+}
+
+#[tokio::test]
+async fn a_revoked_operator_is_signed_out_of_the_console_on_the_next_page() {
+    let app = spawn_app_with(&[]).await;
+    let (id, token) = app.create_operator("Sam Support", "support").await;
+    let cookie = sign_in_as(&app, &token).await;
+    let page = open(&app, Some(&cookie), "/console").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.body
+            .contains("Signed in as <strong>Sam Support</strong> (support)"),
+        "{}",
+        page.body
+    );
+
+    let (status, revoked) = read(
+        app.operator(Method::POST, &format!("/operators/{id}/revoke"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{revoked}");
+    for path in ["/console", "/console/approvals", "/console/audit"] {
+        let away = open(&app, Some(&cookie), path).await;
+        assert_eq!(away.status, StatusCode::SEE_OTHER, "{path}: {}", away.body);
+        assert_eq!(away.location(), "/console/login", "{path}");
+    }
+    let again = try_sign_in(&app, &token).await;
+    assert_eq!(again.status, StatusCode::UNAUTHORIZED, "{}", again.body);
 }

@@ -23,7 +23,7 @@ use crate::helpers::{
 const WEBHOOK_SECRET: &str = "sim-webhook-secret";
 
 /// Rate limits lifted: these tests make many calls in a second.
-const UNTHROTTLED: &[(&str, &str)] = &[
+pub(crate) const UNTHROTTLED: &[(&str, &str)] = &[
     ("rate_limit.bands.bronze.write.limit", "100000"),
     ("rate_limit.bands.bronze.read.limit", "100000"),
     ("rate_limit.bands.sandbox.write.limit", "100000"),

@@ -15,6 +15,9 @@ use tokio::sync::oneshot;
 
 pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789";
 
+/// A four-eyes limit above any single movement (the largest is $10,000,000).
+pub const NO_FOUR_EYES: &str = "100000000000";
+
 /// A running service and what a test needs to talk to it.
 pub struct TestApp {
     /// `http://127.0.0.1:<port>` of the partner listener.
@@ -70,6 +73,9 @@ pub async fn spawn_node(database_url: &str, overrides: &[(&str, &str)]) -> TestA
         ("simulators.addr".into(), "127.0.0.1:0".into()),
         ("operator.token".into(), OPERATOR_TOKEN.into()),
         ("database.url".into(), database_url.into()),
+        // Most tests fund partners with more than the four-eyes limit and are
+        // about something else; the four-eyes tests set the limit back.
+        ("operator.four_eyes_cents".into(), NO_FOUR_EYES.into()),
     ];
     all.extend(
         overrides
@@ -125,6 +131,30 @@ impl TestApp {
         self.client
             .request(method, format!("{}/operator/v1{path}", self.operator))
             .bearer_auth(OPERATOR_TOKEN)
+    }
+
+    /// A request to the operator API with a named operator's `token`.
+    pub fn as_operator(&self, token: &str, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}/operator/v1{path}", self.operator))
+            .bearer_auth(token)
+    }
+
+    /// Creates a named operator with the bootstrap token: (id, token).
+    #[allow(dead_code)]
+    pub async fn create_operator(&self, name: &str, role: &str) -> (String, String) {
+        let response = self
+            .operator(Method::POST, "/operators")
+            .json(&json!({ "name": name, "role": role }))
+            .send()
+            .await
+            .expect("send");
+        let (status, json) = read(response).await;
+        assert_eq!(status, StatusCode::CREATED, "{json}");
+        (
+            json["id"].as_str().expect("id").to_owned(),
+            json["token"].as_str().expect("token").to_owned(),
+        )
     }
 
     /// Creates a partner through the operator API; `extra` is merged into the body.
@@ -403,6 +433,7 @@ impl ServeProcess {
             .env("ESIM__HTTP__OPERATOR_ADDR", "127.0.0.1:0")
             .env("ESIM__SIMULATORS__ADDR", "127.0.0.1:0")
             .env("ESIM__LOG__FORMAT", "json")
+            .env("ESIM__OPERATOR__FOUR_EYES_CENTS", NO_FOUR_EYES)
             .env_remove("RUST_LOG")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

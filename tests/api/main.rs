@@ -3,6 +3,7 @@
 //! spoken to over HTTP.
 
 mod admission;
+mod audit;
 mod auth;
 mod authz;
 mod backup;
@@ -16,6 +17,7 @@ mod docs;
 mod envelope;
 mod failover;
 mod faults;
+mod four_eyes;
 mod healing;
 mod health;
 mod helpers;
@@ -30,5 +32,7 @@ mod rate_limits;
 mod redis_outage;
 mod reviews;
 mod revocation;
+mod roles;
 mod secrets;
+mod simulate;
 mod supplier;

@@ -242,14 +242,17 @@ async fn key_issue_validation() {
 /// Runs `esim-reseller admin ...` against the test app (asynchronously, so
 /// the app keeps serving on this runtime meanwhile).
 pub(crate) async fn admin(app: &crate::helpers::TestApp, args: &[&str]) -> (bool, Value) {
+    admin_as(app, OPERATOR_TOKEN, args).await
+}
+
+/// Runs `esim-reseller admin ...` with a named operator's `token`.
+pub(crate) async fn admin_as(
+    app: &crate::helpers::TestApp,
+    token: &str,
+    args: &[&str],
+) -> (bool, Value) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_esim-reseller"))
-        .args([
-            "admin",
-            "--operator-url",
-            &app.operator,
-            "--token",
-            OPERATOR_TOKEN,
-        ])
+        .args(["admin", "--operator-url", &app.operator, "--token", token])
         .args(args)
         .output()
         .await

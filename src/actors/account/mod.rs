@@ -38,12 +38,15 @@ use crate::{
     },
 };
 
+mod authority;
 mod batch;
 mod money;
 mod review;
 
+pub(crate) use authority::Authority;
+
 use batch::flush;
-use money::{apply_movement, credit_deposit, refund, wire_deposit};
+use money::{apply_movement, credit_deposit, refund, set_sandbox_float, wire_deposit};
 use review::approve_review;
 
 /// Keys remembered in memory per account; past it the memory is cleared
@@ -141,22 +144,25 @@ pub(crate) enum AccountMsg {
     /// An operator's movement on the live float: one ledger row.
     Movement(
         Movement,
+        Box<Authority>,
         RpcReplyPort<Result<ledger_entry::Model, AccountError>>,
     ),
     /// Sets the sandbox float (play money, no ledger row).
-    SetSandboxFloat(i64, RpcReplyPort<Result<(), AccountError>>),
+    SetSandboxFloat(i64, Box<Authority>, RpcReplyPort<Result<(), AccountError>>),
     /// Credit a confirmed crypto deposit with what arrived (once).
     CreditDeposit(String, i64, RpcReplyPort<Result<bool, AccountError>>),
     /// Record an operator's wire deposit, already credited.
     WireDeposit(
         i64,
         String,
+        Box<Authority>,
         RpcReplyPort<Result<deposit::Model, AccountError>>,
     ),
     /// Approve a deposit review: its movement, once.
     ApproveReview {
         review_id: String,
         note: String,
+        authority: Box<Authority>,
         reply: RpcReplyPort<Result<entities::review::Model, AccountError>>,
     },
     /// Decide and persist every order request queued so far.
@@ -374,34 +380,25 @@ async fn handle_message(
                     .map_err(|e| e.to_string()),
             );
         }
-        AccountMsg::Movement(movement, reply) => {
-            let _ = reply.send(apply_movement(state, movement).await);
+        AccountMsg::Movement(movement, authority, reply) => {
+            let _ = reply.send(apply_movement(state, movement, &authority).await);
         }
-        AccountMsg::SetSandboxFloat(cents, reply) => {
-            let result = store::orders::set_sandbox_float(
-                &state.args.db,
-                &state.args.partner_id,
-                cents,
-                time::now(),
-            )
-            .await;
-            if matches!(result, Ok(true)) {
-                state.floats.sandbox = cents;
-            }
-            let _ = reply.send(result.map(|_| ()).map_err(AccountError::from));
+        AccountMsg::SetSandboxFloat(cents, authority, reply) => {
+            let _ = reply.send(set_sandbox_float(state, cents, &authority).await);
         }
         AccountMsg::CreditDeposit(deposit_id, amount, reply) => {
             let _ = reply.send(credit_deposit(state, &deposit_id, amount).await);
         }
-        AccountMsg::WireDeposit(amount, reference, reply) => {
-            let _ = reply.send(wire_deposit(state, amount, &reference).await);
+        AccountMsg::WireDeposit(amount, reference, authority, reply) => {
+            let _ = reply.send(wire_deposit(state, amount, &reference, &authority).await);
         }
         AccountMsg::ApproveReview {
             review_id,
             note,
+            authority,
             reply,
         } => {
-            let _ = reply.send(approve_review(state, &review_id, &note).await);
+            let _ = reply.send(approve_review(state, &review_id, &note, &authority).await);
         }
         AccountMsg::Fail => return Err("fault injected by the operator".into()),
     }

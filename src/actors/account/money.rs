@@ -1,6 +1,8 @@
 //! The account's other money: refunds of undelivered units, operators'
 //! movements, deposit credits, each one transaction with its ledger rows.
 
+use serde_json::json;
+
 use super::*;
 
 /// Refunds undelivered units and settles the order if nothing is left
@@ -35,6 +37,7 @@ pub(super) async fn refund(
 pub(super) async fn apply_movement(
     state: &mut AccountState,
     movement: Movement,
+    authority: &Authority,
 ) -> Result<ledger_entry::Model, AccountError> {
     let db = state.args.db.clone();
     let required_cents = -movement.amount_cents;
@@ -46,6 +49,13 @@ pub(super) async fn apply_movement(
         state.reload_balances().await?;
         return Err(insufficient(state, required_cents));
     };
+    // On an error the transaction is dropped, which rolls the movement back.
+    let after = json!({
+        "ledger_entry_id": entry.id, "kind": entry.kind, "amount_cents": entry.amount_cents,
+        "balance_before_cents": entry.balance_after_cents - entry.amount_cents,
+        "balance_after_cents": entry.balance_after_cents,
+    });
+    authority.record(&txn, &entry.id, after).await?;
     txn.commit().await?;
     state.floats.live = entry.balance_after_cents;
     tracing::info!(partner_id = %state.args.partner_id, kind = %entry.kind, amount_cents = entry.amount_cents, balance_after = entry.balance_after_cents, "money moved by the operator");
@@ -141,11 +151,36 @@ pub(super) async fn credit_deposit(
     }
 }
 
+/// Sets the sandbox float (play money, no ledger row) with its audit row.
+pub(super) async fn set_sandbox_float(
+    state: &mut AccountState,
+    cents: i64,
+    authority: &Authority,
+) -> Result<(), AccountError> {
+    let db = state.args.db.clone();
+    let before = state.floats.sandbox;
+    let txn = store::begin_write(&db).await?;
+    let set =
+        store::orders::set_sandbox_float(&txn, &state.args.partner_id, cents, time::now()).await?;
+    if set {
+        let after = json!({ "sandbox_before_cents": before, "sandbox_after_cents": cents });
+        authority
+            .record(&txn, &state.args.partner_id, after)
+            .await?;
+    }
+    txn.commit().await?;
+    if set {
+        state.floats.sandbox = cents;
+    }
+    Ok(())
+}
+
 /// Records a wire deposit already credited.
 pub(super) async fn wire_deposit(
     state: &mut AccountState,
     amount: i64,
     reference: &str,
+    authority: &Authority,
 ) -> Result<deposit::Model, AccountError> {
     let db = state.args.db.clone();
     let txn = store::begin_write(&db).await?;
@@ -153,6 +188,11 @@ pub(super) async fn wire_deposit(
         .await
     {
         Ok((deposit, balance_after)) => {
+            let after = json!({
+                "deposit_id": deposit.id, "reference": reference, "amount_cents": amount,
+                "balance_before_cents": balance_after - amount, "balance_after_cents": balance_after,
+            });
+            authority.record(&txn, &deposit.id, after).await?;
             txn.commit().await?;
             state.floats.live = balance_after;
             tracing::info!(partner_id = %deposit.partner_id, deposit_id = %deposit.id, amount_cents = amount, "wire deposit recorded");

@@ -17,6 +17,7 @@ pub(super) async fn approve_review(
     state: &mut AccountState,
     review_id: &str,
     note: &str,
+    authority: &Authority,
 ) -> Result<review::Model, AccountError> {
     let db = state.args.db.clone();
     let review = store::deposits::review(&db, review_id)
@@ -48,6 +49,11 @@ pub(super) async fn approve_review(
     if !store::deposits::decide_review(&txn, review_id, decision).await? {
         return Err(decided_elsewhere());
     }
+    let after = serde_json::json!({
+        "status": ReviewStatus::Approved, "ledger_entry_id": entry.id,
+        "amount_cents": entry.amount_cents, "balance_after_cents": entry.balance_after_cents,
+    });
+    authority.record(&txn, review_id, after).await?;
     txn.commit().await?;
     state.floats.live = entry.balance_after_cents;
     tracing::info!(partner_id = %review.partner_id, review_id, deposit_id = %deposit.id, amount_cents = entry.amount_cents, ledger_entry_id = %entry.id, "review approved");

@@ -4,7 +4,7 @@
 use entities::ledger_entry;
 
 use super::Accounts;
-use crate::actors::account::{AccountError, AccountMsg, Movement};
+use crate::actors::account::{AccountError, AccountMsg, Authority, Movement};
 
 impl Accounts {
     /// Asks the partner's actor to move money on the live float.
@@ -12,9 +12,12 @@ impl Accounts {
         &self,
         partner_id: &str,
         movement: Movement,
+        authority: Authority,
     ) -> Result<ledger_entry::Model, AccountError> {
-        self.ask(partner_id, |reply| AccountMsg::Movement(movement, reply))
-            .await?
+        self.ask(partner_id, |reply| {
+            AccountMsg::Movement(movement, Box::new(authority), reply)
+        })
+        .await?
     }
 
     /// Asks the partner's actor to credit a confirmed crypto deposit.
@@ -38,11 +41,13 @@ impl Accounts {
         partner_id: &str,
         review_id: &str,
         note: &str,
+        authority: Authority,
     ) -> Result<entities::review::Model, AccountError> {
         let (review_id, note) = (review_id.to_owned(), note.to_owned());
         self.ask(partner_id, |reply| AccountMsg::ApproveReview {
             review_id,
             note,
+            authority: Box::new(authority),
             reply,
         })
         .await?
@@ -54,10 +59,11 @@ impl Accounts {
         partner_id: &str,
         amount_cents: i64,
         reference: &str,
+        authority: Authority,
     ) -> Result<entities::deposit::Model, AccountError> {
         let reference = reference.to_owned();
         self.ask(partner_id, |reply| {
-            AccountMsg::WireDeposit(amount_cents, reference, reply)
+            AccountMsg::WireDeposit(amount_cents, reference, Box::new(authority), reply)
         })
         .await?
     }
@@ -67,9 +73,10 @@ impl Accounts {
         &self,
         partner_id: &str,
         cents: i64,
+        authority: Authority,
     ) -> Result<(), AccountError> {
         self.ask(partner_id, |reply| {
-            AccountMsg::SetSandboxFloat(cents, reply)
+            AccountMsg::SetSandboxFloat(cents, Box::new(authority), reply)
         })
         .await?
     }

@@ -2,17 +2,22 @@
 //! rendered pages whose forms work without JavaScript and that load nothing
 //! from elsewhere.
 //!
-//! - [`session`]: signing in with the operator token; a signed, expiring
+//! - [`session`]: signing in with an operator's own token; a signed, expiring
 //!   session cookie and a CSRF token on every form.
 //! - [`pages`]: the overview, partners with their floats, orders failed or
-//!   past their deadline, deposit reviews with approve and reject (through
-//!   [`super::reviews`], as the API and the CLI decide), and the live actors
-//!   with recent supervision events.
+//!   past their deadline, deposit reviews with approve and reject for
+//!   finance and admin operators (through [`super::reviews`], as the API and
+//!   the CLI decide), and the live actors with recent supervision events.
+//! - [`approvals`]: money held for a second operator, approved or rejected
+//!   through [`super::approvals`].
+//! - [`audit`]: the operators' audit trail, filtered and paged.
 //! - [`supply`]: the suppliers, their state and the margins.
 //! - [`trends`]: the overview's charts of the last hour and a partner's page
 //!   with its float over time.
 //! - [`sections`] and [`views`]: the HTML.
 
+mod approvals;
+mod audit;
 mod pages;
 mod sections;
 mod session;
@@ -43,6 +48,10 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/reviews", get(pages::reviews_page))
         .route("/reviews/{id}/approve", post(pages::approve))
         .route("/reviews/{id}/reject", post(pages::reject))
+        .route("/approvals", get(approvals::page))
+        .route("/approvals/{id}/approve", post(approvals::approve))
+        .route("/approvals/{id}/reject", post(approvals::reject))
+        .route("/audit", get(audit::page))
         .route("/actors", get(pages::actors))
         .route("/suppliers", get(supply::page))
 }

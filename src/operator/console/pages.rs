@@ -18,9 +18,9 @@ use super::{
 };
 use crate::{
     actors::events,
-    domain::{states::ReviewStatus, time},
+    domain::{operators::Role, states::ReviewStatus, time},
     http::error::ApiError,
-    operator::reviews,
+    operator::{auth, reviews},
     state::AppState,
     store,
 };
@@ -129,8 +129,10 @@ pub(super) async fn reviews_page(
 /// The form of a decision.
 #[derive(Debug, Deserialize)]
 pub(super) struct DecisionForm {
-    csrf: String,
-    note: String,
+    /// The session's CSRF token.
+    pub csrf: String,
+    /// What the operator checked and decided.
+    pub note: String,
 }
 
 /// `POST /console/reviews/{id}/approve`.
@@ -171,14 +173,28 @@ async fn decide(
     if !operator.sent(&form.csrf) {
         return Err(views::page(StatusCode::FORBIDDEN, views::stale_form()));
     }
+    if !operator.caller.may(Role::Finance) {
+        let what = format!("console: decide review {id}");
+        let error = auth::refuse(&state, &operator.caller, Role::Finance, &what).await;
+        let refused = Banner::Refused(refusal(&error));
+        return reviews_with(&operator, &state, StatusCode::FORBIDDEN, Some(&refused)).await;
+    }
+    let caller = &operator.caller;
     let taken = match reviews::checked_note("note", &form.note) {
         Err(error) => Err(error),
-        Ok(note) if decision == ReviewStatus::Approved => reviews::approve(&state, &id, note).await,
-        Ok(note) => reviews::close(&state, &id, decision, note).await,
+        Ok(note) if decision == ReviewStatus::Approved => {
+            reviews::approve(&state, caller, &id, note).await
+        }
+        Ok(note) => reviews::close(&state, caller, &id, decision, note)
+            .await
+            .map(reviews::Decided::Done),
     };
     match taken {
-        Ok(review) => {
+        Ok(reviews::Decided::Done(review)) => {
             Ok(Redirect::to(&format!("/console/reviews?decided={}", review.id)).into_response())
+        }
+        Ok(reviews::Decided::Held(approval)) => {
+            Ok(Redirect::to(&format!("/console/approvals?held={}", approval.id)).into_response())
         }
         Err(error) => {
             let refused = Banner::Refused(refusal(&error));
@@ -223,11 +239,15 @@ async fn reviews_with(
     let decided = store::deposits::decided_reviews(&state.db, ROWS)
         .await
         .map_err(db_failed)?;
-    let content = sections::reviews(&operator.csrf, banner, &open, &decided);
+    let decide = operator
+        .caller
+        .may(Role::Finance)
+        .then_some(operator.csrf.as_str());
+    let content = sections::reviews(decide, banner, &open, &decided);
     let body = views::layout(
         "Deposit reviews",
         "/console/reviews",
-        Some(&operator.csrf),
+        Some(operator),
         content,
     );
     Ok(views::page(status, body))
@@ -237,7 +257,7 @@ async fn reviews_with(
 pub(super) fn shown(operator: &Operator, title: &str, here: &str, content: Markup) -> Response {
     views::page(
         StatusCode::OK,
-        views::layout(title, here, Some(&operator.csrf), content),
+        views::layout(title, here, Some(operator), content),
     )
 }
 
@@ -247,13 +267,25 @@ pub(super) fn failed(operator: &Operator, err: sea_orm::DbErr) -> Response {
     let message = "The database did not answer; the page could not be loaded. Try again shortly.";
     views::page(
         StatusCode::SERVICE_UNAVAILABLE,
-        views::failure(&operator.csrf, message),
+        views::failure(operator, message),
     )
+}
+
+/// The failure page for an error the API would answer with: ours (logged
+/// where it was raised) in plain words, anything else with its message.
+pub(super) fn failed_api(operator: &Operator, error: &ApiError) -> Response {
+    let status = error.http_status();
+    let message = if status.is_server_error() {
+        "Something failed on our side; the page could not be loaded. Try again shortly.".to_owned()
+    } else {
+        refusal(error)
+    };
+    views::page(status, views::failure(operator, &message))
 }
 
 /// What to tell the operator about a decision refused: the API's message,
 /// and the field when one was wrong.
-fn refusal(error: &ApiError) -> String {
+pub(super) fn refusal(error: &ApiError) -> String {
     match &error.param {
         Some(param) => format!("{} ({param})", error.message),
         None => error.message.clone(),

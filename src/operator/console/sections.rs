@@ -5,7 +5,7 @@ use maud::{Markup, html};
 
 use super::{
     trends::partner_link,
-    views::{usd, when},
+    views::{moment, usd, when},
 };
 use crate::{
     actors::{accounts::ActorInfo, events::SupervisionEvent},
@@ -136,7 +136,7 @@ pub(super) fn orders(
                                 (row.status)
                                 @if let Some(code) = row.failure_code { " (" (code) ")" }
                             }
-                            td { (when(row.created_at)) }
+                            td { (moment(row.created_at)) }
                             td.num { (row.attempts) }
                         }
                     }
@@ -161,8 +161,11 @@ pub(super) enum Banner {
     Refused(String),
 }
 
+/// The reviews page. `decide` is the session's CSRF token when the signed-in
+/// operator may decide reviews (finance or admin); without it the open
+/// reviews are shown without forms.
 pub(super) fn reviews(
-    csrf: &str,
+    decide: Option<&str>,
     banner: Option<&Banner>,
     open: &[review::Model],
     decided: &[review::Model],
@@ -180,9 +183,15 @@ pub(super) fn reviews(
         @if open.is_empty() {
             p { "No deposit waits for review." }
         } @else {
+            @if decide.is_none() {
+                p.muted { "Decisions on deposit reviews need the finance role." }
+            }
             table {
-                thead { tr { th { "Review" } th { "Partner" } th { "Deposit" } th { "Reason" } th.num { "Amount" } th { "Raised" } th { "Decision" } } }
-                tbody { @for review in open { (open_row(csrf, review)) } }
+                thead { tr {
+                    th { "Review" } th { "Partner" } th { "Deposit" } th { "Reason" } th.num { "Amount" } th { "Raised" }
+                    @if decide.is_some() { th { "Decision" } }
+                } }
+                tbody { @for review in open { (open_row(decide, review)) } }
             }
         }
         h2 { "Decided" }
@@ -200,7 +209,7 @@ pub(super) fn reviews(
                             td { (review.status) }
                             td { (review.resolution.as_deref().unwrap_or("")) }
                             td { @if let Some(entry) = &review.ledger_entry_id { code { (entry) } } }
-                            td { @if let Some(at) = review.resolved_at { (when(at)) } }
+                            td { @if let Some(at) = review.resolved_at { (moment(at)) } }
                         }
                     }
                 }
@@ -209,8 +218,9 @@ pub(super) fn reviews(
     }
 }
 
-/// One open review with its note field and the two decisions.
-fn open_row(csrf: &str, review: &review::Model) -> Markup {
+/// One open review, with its note field and the two decisions when the
+/// operator may decide (`decide` is then the session's CSRF token).
+fn open_row(decide: Option<&str>, review: &review::Model) -> Markup {
     let form_id = format!("decide-{}", review.id);
     html! {
         tr {
@@ -219,9 +229,9 @@ fn open_row(csrf: &str, review: &review::Model) -> Markup {
             td { code { (review.deposit_id) } }
             td { (review.reason) br; span.muted { (review.detail) } }
             td.num { (usd(review.amount_cents)) }
-            td { (when(review.created_at)) }
-            td {
-                form id=(form_id) method="post" action={ "/console/reviews/" (review.id) "/reject" } {
+            td { (moment(review.created_at)) }
+            @if let Some(csrf) = decide { td {
+                form.decide id=(form_id) method="post" action={ "/console/reviews/" (review.id) "/reject" } {
                     input type="hidden" name="csrf" value=(csrf);
                     input type="text" name="note" required maxlength="500" placeholder="What you checked and decided" aria-label={ "Note for " (review.id) };
                     " "
@@ -233,7 +243,7 @@ fn open_row(csrf: &str, review: &review::Model) -> Markup {
                         button type="submit" formaction={ "/console/reviews/" (review.id) "/approve" } { (label) }
                     }
                 }
-            }
+            } }
         }
     }
 }
@@ -284,7 +294,7 @@ pub(super) fn actors(
                             }
                             td.num { (actor.mailbox_len) }
                             td.num { (actor.restarts) }
-                            td { (when(actor.started_at)) }
+                            td { (moment(actor.started_at)) }
                         }
                     }
                 }
@@ -305,7 +315,7 @@ fn events_table(events: &[SupervisionEvent], names: &Names) -> Markup {
                 tbody {
                     @for event in events {
                         tr {
-                            td { (when(event.at)) }
+                            td { (moment(event.at)) }
                             td { (event.actor) }
                             td { @if let Some(partner) = &event.partner_id { (partner_link(partner, names)) } }
                             td class=[(event.event == "failed").then_some("low")] { (event.event) }

@@ -1,8 +1,12 @@
-//! Signing in to the console: the operator token, posted once, becomes a
-//! session cookie `<expiry>.<hmac>`: its own expiry signed with HMAC-SHA256
-//! keyed by the token. Any node with the same token accepts it, nothing is
-//! stored, and changing the token signs every console out. Forms carry a
-//! CSRF token derived from the session the same way.
+//! Signing in to the console: an operator's own token (or the bootstrap
+//! token), posted once, becomes a session cookie
+//! `<expiry>.<operator id>.<hmac>`, signed with HMAC-SHA256 keyed by the
+//! bootstrap token over the expiry, the operator and the SHA-256 of the
+//! token that signed in. Any node with the same configuration accepts it
+//! and nothing is stored; each page looks the operator up again, so a
+//! revoked operator is signed out at once and a rotated token ends the
+//! sessions it opened. Forms carry a CSRF token derived from the session
+//! the same way.
 
 use std::net::SocketAddr;
 
@@ -19,7 +23,17 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use super::{FormResult, views};
-use crate::{operator::is_operator_token, state::AppState};
+use crate::{
+    domain::{
+        api_key::digest,
+        operators::{BOOTSTRAP_ID, Caller},
+        time,
+    },
+    http::envelope::RequestId,
+    operator::auth::resolve,
+    state::AppState,
+    store,
+};
 
 /// The session cookie's name.
 const COOKIE: &str = "esim_console";
@@ -30,6 +44,8 @@ const SESSION_SECONDS: i64 = 12 * 60 * 60;
 pub(super) struct Operator {
     /// The CSRF token every form of this session carries.
     pub csrf: String,
+    /// Who signed in, with the request's id for the audit trail.
+    pub caller: Caller,
 }
 
 impl Operator {
@@ -43,13 +59,58 @@ impl FromRequestParts<AppState> for Operator {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let signed_out = || Redirect::to("/console/login").into_response();
         let now = Utc::now().timestamp();
-        cookie(&parts.headers, COOKIE)
-            .filter(|session| session_is_valid(state, session, now))
-            .and_then(|session| sign(state, &format!("csrf:{session}")))
-            .map(|csrf| Operator { csrf })
-            .ok_or_else(|| Redirect::to("/console/login").into_response())
+        let session = cookie(&parts.headers, COOKIE).ok_or_else(signed_out)?;
+        let (expires, operator_id, signature) = split_session(session).ok_or_else(signed_out)?;
+        if expires <= now || expires > now + SESSION_SECONDS {
+            return Err(signed_out());
+        }
+        let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.clone());
+        let (mut caller, token_hash) =
+            signed_in(state, operator_id).await.ok_or_else(signed_out)?;
+        let message = session_message(expires, &caller.id, &token_hash);
+        if mac(state, &message).is_none_or(|mac| mac.verify_slice(&signature).is_err()) {
+            return Err(signed_out());
+        }
+        caller.request_id = request_id;
+        let csrf = sign(state, &format!("csrf:{session}")).ok_or_else(signed_out)?;
+        Ok(Operator { csrf, caller })
     }
+}
+
+/// The operator `id` names and the hash of its current token, if it may
+/// still sign in (not revoked). A database failure signs nobody in.
+async fn signed_in(state: &AppState, id: &str) -> Option<(Caller, String)> {
+    if id == BOOTSTRAP_ID {
+        let hash = digest(state.operator_token.expose_secret());
+        return Some((Caller::bootstrap(None), hash));
+    }
+    let row = store::operators::find(&state.db, id).await.ok()??;
+    if row.revoked_at.is_some() {
+        return None;
+    }
+    let caller = Caller {
+        id: row.id,
+        name: row.name,
+        role: row.role,
+        request_id: None,
+    };
+    Some((caller, row.token_hash))
+}
+
+/// `<expiry>.<operator id>.<hex signature>`, parsed.
+fn split_session(session: &str) -> Option<(i64, &str, Vec<u8>)> {
+    let mut parts = session.splitn(3, '.');
+    let expires = parts.next()?.parse::<i64>().ok()?;
+    let operator_id = parts.next()?;
+    let signature = hex::decode(parts.next()?).ok()?;
+    Some((expires, operator_id, signature))
+}
+
+/// What a session's signature covers.
+fn session_message(expires: i64, operator_id: &str, token_hash: &str) -> String {
+    format!("session:{expires}:{operator_id}:{token_hash}")
 }
 
 /// The form of `POST /console/login`.
@@ -86,21 +147,27 @@ pub(super) async fn login(
         let message = "The form was not understood; enter the operator token.";
         return views::page(StatusCode::BAD_REQUEST, views::login(Some(message)));
     };
-    if !is_operator_token(&state, &form.token) {
+    let token = form.token.trim();
+    let Ok(Some(caller)) = resolve(&state, token, None).await else {
         state.limiter.hit(&bucket, state.failed_auth).await;
         tracing::warn!(peer = %peer.ip(), "console sign-in refused");
-        let message = "That is not the operator token.";
+        let message = "That is not an operator token.";
         return views::page(StatusCode::UNAUTHORIZED, views::login(Some(message)));
+    };
+    tracing::info!(peer = %peer.ip(), operator = %caller.name, role = caller.role.as_str(), "console sign-in");
+    let entry = caller.audit("console.sign_in", "operator", &caller.id, time::now());
+    if let Err(err) = store::audit::append(&state.db, &entry).await {
+        tracing::error!(error = %err, "a console sign-in could not be written to the audit trail");
     }
-    tracing::info!(peer = %peer.ip(), "console sign-in");
     let expires = Utc::now().timestamp() + SESSION_SECONDS;
-    let Some(signature) = sign(&state, &format!("session:{expires}")) else {
+    let message = session_message(expires, &caller.id, &digest(token));
+    let Some(signature) = sign(&state, &message) else {
         return views::page(
             StatusCode::INTERNAL_SERVER_ERROR,
             views::login(Some("The session could not be signed.")),
         );
     };
-    let session = format!("{expires}.{signature}");
+    let session = format!("{expires}.{}.{signature}", caller.id);
     let secure = if state.console_secure_cookie {
         "; Secure"
     } else {
@@ -137,22 +204,7 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(|(_, value)| value)
 }
 
-/// Whether `session` is one this token signed and it has not expired.
-fn session_is_valid(state: &AppState, session: &str, now: i64) -> bool {
-    let Some((expires, signature)) = session.split_once('.') else {
-        return false;
-    };
-    let (Ok(expires), Ok(signature)) = (expires.parse::<i64>(), hex::decode(signature)) else {
-        return false;
-    };
-    if expires <= now || expires > now + SESSION_SECONDS {
-        return false;
-    }
-    mac(state, &format!("session:{expires}"))
-        .is_some_and(|mac| mac.verify_slice(&signature).is_ok())
-}
-
-/// HMAC-SHA256 of `message` keyed by the operator token, in hex.
+/// HMAC-SHA256 of `message` keyed by the bootstrap token, in hex.
 fn sign(state: &AppState, message: &str) -> Option<String> {
     mac(state, message).map(|mac| hex::encode(mac.finalize().into_bytes()))
 }

@@ -272,7 +272,7 @@ pub(super) async fn partner(
         let body = views::layout(
             "No such partner",
             "/console/partners",
-            Some(&operator.csrf),
+            Some(&operator),
             content,
         );
         return Err(views::page(StatusCode::NOT_FOUND, body));

@@ -8,6 +8,7 @@ use axum::{
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
+use super::session::Operator;
 use crate::http::envelope::FinalBody;
 
 /// What every console page may do: styles inline, icons as data, forms to
@@ -16,7 +17,8 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'unsafe-inl
      img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}\
-header{display:flex;gap:1.2em;align-items:center;background:#1f2a37;color:#fff;padding:.6em 1.2em}\
+header{display:flex;flex-wrap:wrap;gap:.4em 1.2em;align-items:center;background:#1f2a37;color:#fff;padding:.6em 1.2em}\
+header>strong,header button,nav a{white-space:nowrap}\
 header a{color:#cfe3ff;text-decoration:none}header a.here{color:#fff;font-weight:600}\
 header form{margin-left:auto}main{padding:1em 1.4em;max-width:80em}\
 table{border-collapse:collapse;width:100%;background:#fff;margin:.5em 0 1.5em}\
@@ -31,16 +33,24 @@ code{font-size:.9em}.muted{color:#5f6b7a}\
 .charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(28em,1fr));gap:1em}\
 .chart{margin:0;background:#fff;border:1px solid #e3e6ea;padding:.6em .8em}\
 .chart svg{display:block;width:100%;height:auto;margin-top:.4em}.chart text{fill:#5f6b7a}\
-table.facts{width:auto;min-width:30em}";
+table.facts{width:auto;min-width:30em}\
+form.filters{display:flex;flex-wrap:wrap;gap:.5em 1.2em;align-items:center;margin:.5em 0 1em}\
+td code,td .muted{overflow-wrap:anywhere}td code.whole{overflow-wrap:normal}\
+.nowrap,td.num{white-space:nowrap}\
+form.decide{display:flex;flex-wrap:wrap;gap:.4em;min-width:14em}\
+form.decide input[type=text]{flex:1 0 100%;min-width:0;box-sizing:border-box}\
+nav a{margin-right:.5em}";
 
 /// The sections of the console, for the navigation bar.
-const SECTIONS: [(&str, &str); 6] = [
+const SECTIONS: [(&str, &str); 8] = [
     ("/console", "Overview"),
     ("/console/partners", "Partners"),
     ("/console/orders", "Orders"),
     ("/console/reviews", "Deposit reviews"),
+    ("/console/approvals", "Approvals"),
     ("/console/actors", "Actors"),
     ("/console/suppliers", "Suppliers"),
+    ("/console/audit", "Audit"),
 ];
 
 /// A page as a response: HTML with the console's security headers, kept
@@ -62,9 +72,14 @@ pub(super) fn page(status: StatusCode, body: Markup) -> Response {
     response
 }
 
-/// The frame of every page: navigation with `here` marked, and sign-out
-/// when signed in (`csrf` is the session's form token).
-pub(super) fn layout(title: &str, here: &str, csrf: Option<&str>, content: Markup) -> Markup {
+/// The frame of every page: navigation with `here` marked, and who is
+/// signed in with the sign-out form when `signed_in` is given.
+pub(super) fn layout(
+    title: &str,
+    here: &str,
+    signed_in: Option<&Operator>,
+    content: Markup,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -78,14 +93,18 @@ pub(super) fn layout(title: &str, here: &str, csrf: Option<&str>, content: Marku
             body {
                 header {
                     strong { "esim-reseller" }
-                    @if let Some(csrf) = csrf {
+                    @if let Some(operator) = signed_in {
                         nav {
                             @for (href, label) in SECTIONS {
                                 a href=(href) class=[(href == here).then_some("here")] { (label) } " "
                             }
                         }
+                        span.who {
+                            "Signed in as " strong { (operator.caller.name) }
+                            " (" (operator.caller.role.as_str()) ")"
+                        }
                         form method="post" action="/console/logout" {
-                            input type="hidden" name="csrf" value=(csrf);
+                            input type="hidden" name="csrf" value=(operator.csrf);
                             button type="submit" { "Sign out" }
                         }
                     }
@@ -116,7 +135,11 @@ pub(super) fn login(problem: Option<&str>) -> Markup {
                 }
                 button type="submit" { "Sign in" }
             }
-            p.muted { "The token is the operator API's bearer token (operator.token)." }
+            p.muted {
+                "Your own operator token (an administrator creates it with "
+                code { "admin operators create" } "), or the bootstrap token (operator.token). "
+                "What the console offers depends on your role."
+            }
         },
     )
 }
@@ -137,11 +160,11 @@ pub(super) fn stale_form() -> Markup {
 }
 
 /// Something failed on our side (the database did not answer).
-pub(super) fn failure(csrf: &str, message: &str) -> Markup {
+pub(super) fn failure(operator: &Operator, message: &str) -> Markup {
     layout(
         "Something failed",
         "",
-        Some(csrf),
+        Some(operator),
         html! { p.notice.error role="alert" { (message) } },
     )
 }
@@ -164,6 +187,15 @@ pub(super) fn usd(cents: i64) -> String {
 /// A moment as operators read it in logs: UTC, to the second.
 pub(super) fn when(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// [`when`] for a table cell: a narrow column breaks it between the date
+/// and the time, nowhere else.
+pub(super) fn moment(at: DateTime<Utc>) -> Markup {
+    html! {
+        span.nowrap { (at.format("%Y-%m-%d")) } " "
+        span.nowrap { (at.format("%H:%M:%S UTC")) }
+    }
 }
 
 #[cfg(test)]
