@@ -5,7 +5,10 @@
 # partner and many partners, and read throughput. Prints one JSON line per run.
 #
 #   scripts/bench.sh            everything below
-#   scripts/bench.sh orders     wrk and the naive loop side by side, per database
+#   scripts/bench.sh orders     wrk with 1, 100 and 1000 partners and the naive loop
+#                               side by side, per database, against the service's
+#                               default settings (only the limits lifted), with the
+#                               simulators in their own process (`simulate`)
 #   scripts/bench.sh profile    the same wrk load under perf: where the time goes
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +20,34 @@ cargo build --release -q
 bin="$CARGO_TARGET_DIR/release/esim-reseller"
 work=$(mktemp -d)
 server=""
+sims=""
 stop_server() { [ -n "$server" ] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null; server=""; }
-trap stop_server EXIT
+stop_all() { stop_server; [ -n "$sims" ] && kill -TERM "$sims" 2>/dev/null && wait "$sims" 2>/dev/null; sims=""; }
+trap stop_all EXIT
+# The stand-ins in a process of their own, supplier latency 0 and no rate
+# limit: the server's CPU figures are then its own.
+start_simulators() {
+  ESIM__SIMULATORS__ADDR=127.0.0.1:18590 ESIM__SIMULATORS__SUPPLIER_LATENCY_MS=0 \
+    ESIM__SIMULATORS__SUPPLIER_RATE_LIMIT=0 ESIM__LOG__LEVEL=warn \
+    "$bin" simulate --callbacks-to http://127.0.0.1:18580 > "$work/simulate.log" 2>&1 &
+  sims=$!
+  for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18590/sim/health >/dev/null && return 0; sleep 0.2; done
+  echo "simulate did not start" >&2; cat "$work/simulate.log" >&2; exit 1
+}
+# The service as a user runs it (its defaults), buying from the separate
+# simulators, with only the rate limits lifted.
+start_default_server() { # start_default_server <database url>
+  env ESIM__DATABASE__URL="$1" ESIM__LOG__LEVEL=warn ESIM__SUPPLIER__REQUESTS_PER_SECOND=0 \
+    ESIM__SUPPLIER__BASE_URL=http://127.0.0.1:18590 ESIM__AIRALO__BASE_URL=http://127.0.0.1:18590/v2 \
+    ESIM__PAYMENTS__BASE_URL=http://127.0.0.1:18590 ESIM__SIMULATORS__ADDR=127.0.0.1:18592 \
+    ESIM__HTTP__PUBLIC_ADDR=127.0.0.1:18580 ESIM__HTTP__OPERATOR_ADDR=127.0.0.1:18581 \
+    ESIM__RATE_LIMIT__BANDS__GOLD__WRITE__LIMIT=$lift ESIM__RATE_LIMIT__BANDS__GOLD__READ__LIMIT=$lift \
+    ESIM__RATE_LIMIT__BANDS__GOLD__CATALOGUE__LIMIT=$lift ESIM__OPERATOR__FOUR_EYES_CENTS=100000000000 \
+    "$bin" serve > "$work/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18580/partner/v1/health >/dev/null && return 0; sleep 0.2; done
+  echo "server did not start" >&2; cat "$work/serve.log" >&2; exit 1
+}
 
 lift="100000000"
 start_server() { # start_server <database url> <commit mode> [VAR=value ...]
@@ -64,29 +93,40 @@ wait_settled() { # waits (up to 120 s) until every accepted order settled; print
   for _ in $(seq 1 600); do [ "$(settled_total)" = "$(accepted_total)" ] && break; sleep 0.2; done
   echo $((SECONDS - began))
 }
+keys_file() { # keys_file <n>: n new funded gold partners, one live key each, in a file
+  local file="$work/keys-$1-$RANDOM"
+  for _ in $(seq 1 "$1"); do funded_key >> "$file"; done
+  echo "$file"
+}
 orders_side_by_side() {
   cargo build --release -q --example naive_orders
+  start_simulators
   for database in "${databases[@]}"; do
-    local tag="wrk-$RANDOM" url kind
-    url="${database/DB/$tag}"; kind="${url%%:*}"
-    if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi
-    start_server "$url" batch ESIM__PROVISIONING__CONCURRENCY=100000
-    local key before after orders cpu settle
-    key=$(funded_key)
-    before=$(cpu_ticks)
-    result=$(API_KEY="$key" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
-    settle=$(wait_settled)
-    after=$(cpu_ticks); orders=$(accepted_total)
-    cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
-    echo "{\"database\":\"$kind\",\"shape\":\"one hot partner\",\"result\":$result,\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu}"
-    echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$(API_KEY="$key" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)}"
-    stop_server
-    if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_$tag\" WITH (FORCE)" >/dev/null; fi
-    local naive="${database/DB/naive-$tag}"
-    if [[ "$naive" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_naive-$tag\"" >/dev/null; fi
+    for partners in 1 100 1000; do
+      local tag="wrk-$partners-$RANDOM" url kind
+      url="${database/DB/$tag}"; kind="${url%%:*}"
+      if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi
+      start_default_server "$url"
+      local keys before after orders cpu settle result
+      keys=$(keys_file "$partners")
+      before=$(cpu_ticks)
+      result=$(KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
+      settle=$(wait_settled)
+      after=$(cpu_ticks); orders=$(accepted_total)
+      cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
+      echo "{\"database\":\"$kind\",\"partners\":$partners,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu}"
+      if [ "$partners" = 1 ]; then
+        echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)}"
+      fi
+      stop_server
+      if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_$tag\" WITH (FORCE)" >/dev/null; fi
+    done
+    local naive="${database/DB/naive-$RANDOM}"
+    if [[ "$naive" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_${naive##*/esim_bench_}\"" >/dev/null; fi
     "$CARGO_TARGET_DIR/release/examples/naive_orders" --url "$naive" --concurrency "$CONCURRENCY" --duration "$DURATION"
-    if [[ "$naive" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_naive-$tag\" WITH (FORCE)" >/dev/null; fi
+    if [[ "$naive" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_${naive##*/esim_bench_}\" WITH (FORCE)" >/dev/null; fi
   done
+  stop_all
 }
 # A profile of the server under the same wrk load (perf, call graphs):
 # the share of samples per thread kind and the top symbols, per database.

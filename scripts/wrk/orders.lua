@@ -1,6 +1,8 @@
 -- wrk script: POST /partner/v1/orders with a unique Idempotency-Key per
 -- request (run prefix, thread number, counter). API_KEY: a live key's
--- secret; PLAN_ID: the plan (default pl_fr_1gb_7d). Prints one JSON line.
+-- secret, or KEYS_FILE: a file of live keys' secrets, one per line, taken in
+-- turn (many partners); PLAN_ID: the plan (default pl_fr_1gb_7d). Prints one
+-- JSON line.
 local threads = {}
 local run = os.getenv("RUN") or tostring(os.time())
 
@@ -12,6 +14,13 @@ end
 function init(args)
   counter = 0
   statuses = {}
+  keys = {}
+  local file = os.getenv("KEYS_FILE")
+  if file then
+    for line in io.lines(file) do
+      if #line > 0 then table.insert(keys, line) end
+    end
+  end
   wrk.method = "POST"
   wrk.headers["Authorization"] = "Bearer " .. (os.getenv("API_KEY") or "")
   wrk.headers["Content-Type"] = "application/json"
@@ -20,6 +29,11 @@ end
 
 function request()
   counter = counter + 1
+  if #keys > 0 then
+    -- Each thread starts at its own place in the list, so that the threads
+    -- do not march through the partners in step.
+    wrk.headers["Authorization"] = "Bearer " .. keys[((counter + tid * 7919) % #keys) + 1]
+  end
   wrk.headers["Idempotency-Key"] = string.format("wrk-%s-%d-%010d", run, tid, counter)
   return wrk.format(nil, "/partner/v1/orders")
 end
