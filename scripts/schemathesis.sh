@@ -41,6 +41,7 @@ ESIM__RATE_LIMIT__BANDS__GOLD__CATALOGUE__LIMIT=100000000 \
 ESIM__RATE_LIMIT__BANDS__SANDBOX__READ__LIMIT=100000000 \
 ESIM__RATE_LIMIT__BANDS__SANDBOX__WRITE__LIMIT=100000000 \
 ESIM__RATE_LIMIT__BANDS__SANDBOX__CATALOGUE__LIMIT=100000000 \
+ESIM__OPERATOR__FOUR_EYES_CENTS=100000000000 \
   "$bin" serve >"$work/serve.log" 2>&1 &
 server=$!
 
@@ -57,8 +58,11 @@ field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d['$1']) if
 partner=$(admin partner create --name "Schemathesis" --tier gold --status live | field id)
 live=$(admin key issue "$partner" --mode live --label st-live | field secret)
 sandbox=$(admin key issue "$partner" --mode sandbox --label st-sandbox | field secret)
+# The float is far above the four-eyes limit, lifted above for this run: a
+# held movement would leave the live key without money.
 admin money move "$partner" --kind adjustment --amount-cents 1000000000 \
   --description "schemathesis float" >"$work/move.json" || { cat "$work/move.json"; exit 1; }
+grep -q '"object": "ledger_entry"' "$work/move.json" || { echo "the float was not credited:"; cat "$work/move.json"; exit 1; }
 admin money sandbox-float "$partner" 1000000000 >"$work/float.json" || { cat "$work/float.json"; exit 1; }
 
 status=0
