@@ -10,6 +10,8 @@
 #                               default settings (only the limits lifted), with the
 #                               simulators in their own process (`simulate`)
 #   scripts/bench.sh profile    the same wrk load under perf: where the time goes
+#
+# PARTNER_COUNTS="1 100" and DATABASES=sqlite (or postgres) run a part of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/esim-bench}"
@@ -69,8 +71,11 @@ start_server() { # start_server <database url> <commit mode> [VAR=value ...]
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 load() { "$bin" loadtest --public-url http://127.0.0.1:18580 --operator-url http://127.0.0.1:18581 --json "$@"; }
 
-databases=("sqlite://$work/bench-DB.db?mode=rwc")
-if pg_isready -h 127.0.0.1 -q 2>/dev/null; then databases+=("$PG_URL/esim_bench_DB"); fi
+databases=()
+if [ "${DATABASES:-sqlite postgres}" != "${DATABASES/sqlite/}" ]; then databases+=("sqlite://$work/bench-DB.db?mode=rwc"); fi
+if [ "${DATABASES:-sqlite postgres}" != "${DATABASES/postgres/}" ] && pg_isready -h 127.0.0.1 -q 2>/dev/null; then
+  databases+=("$PG_URL/esim_bench_DB")
+fi
 
 # --- Side by side: an outside load generator (wrk) against the service, the
 # naive one-transaction-per-order loop, and the project's own loadtest, in
@@ -102,7 +107,7 @@ orders_side_by_side() {
   cargo build --release -q --example naive_orders
   start_simulators
   for database in "${databases[@]}"; do
-    for partners in 1 100 1000; do
+    for partners in ${PARTNER_COUNTS:-1 100 1000}; do
       local tag="wrk-$partners-$RANDOM" url kind
       url="${database/DB/$tag}"; kind="${url%%:*}"
       if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi

@@ -8,9 +8,14 @@
 //! deliver (a permanent refusal, the deadline, or no answer through every
 //! attempt) refunds the units it carried as `supplier_error`; a unit this
 //! service could not even write down into a supplier order is refunded as
-//! `internal_error` after `max_attempts` passes. Work runs on tasks bounded
-//! by a semaphore, so a slow supplier never blocks order acceptance; anything
-//! lost in a crash is re-driven by the reconciler.
+//! `internal_error` after `max_attempts` passes. The work of a pass (claim,
+//! read, write its units into supplier orders) is bounded by a semaphore, so
+//! a slow supplier never blocks order acceptance; the wait for the profiles
+//! is not: a pass gives up its slot once its units are in supplier orders,
+//! since how many orders wait is bounded by admission, and one slot per
+//! waiting order would cap settlement at slots / allocation time whatever
+//! the supplier's capacity. Anything lost in a crash is re-driven by the
+//! reconciler.
 
 use std::{sync::Arc, time::Duration};
 
@@ -21,7 +26,7 @@ use std::{
     collections::{HashMap, HashSet},
     sync::Mutex,
 };
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{
     accounts::Accounts,
@@ -216,8 +221,9 @@ impl Actor for ProvisioningActor {
         let permits = state.permits.clone();
         let in_flight = state.args.in_flight.clone();
         state.args.tasks.spawn(async move {
-            if let Ok(_permit) = permits.acquire_owned().await
-                && let Err(err) = provision_order(&args, &order_id, claimed_until, fresh).await
+            if let Ok(permit) = permits.acquire_owned().await
+                && let Err(err) =
+                    provision_order(&args, &order_id, claimed_until, fresh, permit).await
             {
                 tracing::warn!(order_id, error = %err, "provisioning pass failed; the reconciler will re-drive it");
                 let _ = store::orders::release(&args.db, &order_id, &args.node_id).await;
@@ -263,6 +269,7 @@ async fn provision_order(
     order_id: &str,
     claimed_until: Option<DateTime<Utc>>,
     fresh: Option<Box<order::Model>>,
+    permit: OwnedSemaphorePermit,
 ) -> anyhow::Result<()> {
     let now = time::now();
     let lease = chrono::Duration::from_std(args.lease)?;
@@ -291,7 +298,7 @@ async fn provision_order(
         args,
         order_id,
         lease,
-        provision_claimed(args, order_id, fresh),
+        provision_claimed(args, order_id, fresh, permit),
     )
     .await
 }
@@ -331,6 +338,7 @@ async fn provision_claimed(
     args: &ProvisioningArgs,
     order_id: &str,
     fresh: Option<Box<order::Model>>,
+    permit: OwnedSemaphorePermit,
 ) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let (order, units) = match fresh {
@@ -355,7 +363,7 @@ async fn provision_claimed(
         Vec::new()
     } else {
         let mode = order.mode;
-        provision_units(args, &order, mode, units).await
+        provision_units(args, &order, mode, units, permit).await
     };
     for failure in [FailureCode::SupplierError, FailureCode::InternalError] {
         let unit_ids: Vec<String> = outcomes
@@ -394,12 +402,14 @@ enum UnitOutcome {
 }
 
 /// Puts the order's pending units in supplier orders (those not yet in one),
-/// waits for those supplier orders, and deals the units their profiles.
+/// gives up its provisioning slot, waits for those supplier orders, and
+/// deals the units their profiles.
 async fn provision_units(
     args: &ProvisioningArgs,
     order: &order::Model,
     mode: Mode,
     units: Vec<order_unit::Model>,
+    permit: OwnedSemaphorePermit,
 ) -> Vec<UnitOutcome> {
     let mut outcomes = Vec::new();
     let mut carried: Vec<(order_unit::Model, String)> = Vec::new();
@@ -431,6 +441,9 @@ async fn provision_units(
             }
         }
     }
+    // The units now wait in their supplier orders, not in this pass: the
+    // slot goes to the next order while this one waits for its profiles.
+    drop(permit);
     let mut by_txn: HashMap<String, Vec<order_unit::Model>> = HashMap::new();
     for (unit, txn) in carried {
         by_txn.entry(txn).or_default().push(unit);

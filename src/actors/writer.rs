@@ -5,16 +5,31 @@
 //! own small batches would queue on its lock one fsync each. Instead each
 //! actor hands its decided batch to this writer and awaits the answer; the
 //! writer takes every job queued behind the one in progress and commits them
-//! in one transaction, each job inside its own savepoint, so one job whose
-//! guard fires rolls back alone while the others commit.
+//! in one transaction with the same statements whatever their number
+//! ([`store::orders::accept_batches`]: one conditional debit over every
+//! float, one insert per table), so a hundred partners cost what one does.
+//! A job whose guard fires (another node moved that float) is answered alone
+//! and the others are committed again without it; a unique key that lost a
+//! race fails the shared statement, and then each job is committed in its
+//! own savepoint so that only the job that lost is refused.
+//!
+//! The actors' reads of their unknown Idempotency-Keys, one per batch, are
+//! merged the same way: a key reader task answers every lookup queued behind
+//! the one in progress with one query.
 
 use chrono::{DateTime, Utc};
 use sea_orm::TransactionTrait;
+use std::collections::{HashMap, HashSet};
+
+use sea_orm::DbErr;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::{
-    self, Db,
-    orders::{AcceptError, NewOrder, RefusalRow},
+use crate::{
+    domain::{ordering::Binding, time},
+    store::{
+        self, Db,
+        orders::{AcceptError, Balances, PartnerBatch, SharedError},
+    },
 };
 
 /// Most jobs committed in one transaction.
@@ -22,29 +37,40 @@ const MAX_JOBS: usize = 128;
 
 /// One actor's decided batch.
 pub struct Job {
-    pub partner_id: String,
-    /// Orders to debit and write, in acceptance order.
-    pub accepted: Vec<NewOrder>,
-    /// Refusals that bind their keys.
-    pub refusals: Vec<RefusalRow>,
+    /// The partner's orders and binding refusals.
+    pub batch: PartnerBatch,
     /// When the batch was decided.
     pub now: DateTime<Utc>,
 }
 
 /// Balances after a job: (live, sandbox), `None` for a mode it did not touch.
-pub(crate) type Committed = (Option<i64>, Option<i64>);
+pub(crate) type Committed = Balances;
 
 type Queued = (Job, oneshot::Sender<Result<Committed, AcceptError>>);
+
+/// Most lookups answered by one query.
+const MAX_LOOKUPS: usize = 256;
+
+/// One actor's question: what are these keys of this partner bound to?
+struct Lookup {
+    partner_id: String,
+    keys: Vec<String>,
+    answer: oneshot::Sender<Result<Vec<(String, Binding)>, DbErr>>,
+}
 
 /// A handle on the writer task (cheap to clone).
 #[derive(Clone)]
 pub struct CommitWriter {
     queue: mpsc::Sender<Queued>,
+    /// The key reader: the lookups of many actors in one query.
+    lookups: mpsc::Sender<Lookup>,
 }
 
 impl CommitWriter {
     /// Starts the writer; it ends when every handle is dropped.
     pub fn start(db: Db) -> Self {
+        let (lookups, questions) = mpsc::channel::<Lookup>(1024);
+        tokio::spawn(read_bindings(db.clone(), questions));
         let (queue, mut incoming) = mpsc::channel::<Queued>(1024);
         tokio::spawn(async move {
             while let Some(first) = incoming.recv().await {
@@ -58,7 +84,28 @@ impl CommitWriter {
                 commit_jobs(&db, jobs).await;
             }
         });
-        Self { queue }
+        Self { queue, lookups }
+    }
+
+    /// What `keys` of a partner are bound to (those that are), read with the
+    /// lookups of other actors queued at the same time in one query.
+    pub async fn bindings(
+        &self,
+        partner_id: &str,
+        keys: Vec<String>,
+    ) -> Result<Vec<(String, Binding)>, DbErr> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let stopped = || DbErr::Custom("the key reader stopped".into());
+        let (answer, answered) = oneshot::channel();
+        let lookup = Lookup {
+            partner_id: partner_id.to_owned(),
+            keys,
+            answer,
+        };
+        self.lookups.send(lookup).await.map_err(|_| stopped())?;
+        answered.await.map_err(|_| stopped())?
     }
 
     /// Commits one actor's batch with whatever else is queued.
@@ -74,17 +121,134 @@ impl CommitWriter {
     }
 }
 
+/// Answers key lookups, every one queued behind the query in progress with
+/// the next query. Lookups of one partner may share a query: each gets the
+/// bindings of its own keys.
+async fn read_bindings(db: Db, mut questions: mpsc::Receiver<Lookup>) {
+    while let Some(first) = questions.recv().await {
+        let mut lookups = vec![first];
+        while lookups.len() < MAX_LOOKUPS {
+            match questions.try_recv() {
+                Ok(next) => lookups.push(next),
+                Err(_) => break,
+            }
+        }
+        let wanted: Vec<(String, String)> = lookups
+            .iter()
+            .flat_map(|l| l.keys.iter().map(|k| (l.partner_id.clone(), k.clone())))
+            .collect();
+        match store::orders::find_bindings_of_many(&db, &wanted).await {
+            Ok(found) => {
+                let mut by_pair: HashMap<(String, String), Binding> = found
+                    .into_iter()
+                    .map(|(partner, key, binding)| ((partner, key), binding))
+                    .collect();
+                for lookup in lookups {
+                    let mine = lookup
+                        .keys
+                        .iter()
+                        .filter_map(|key| {
+                            let pair = (lookup.partner_id.clone(), key.clone());
+                            by_pair.remove(&pair).map(|binding| (key.clone(), binding))
+                        })
+                        .collect();
+                    let _ = lookup.answer.send(Ok(mine));
+                }
+            }
+            Err(err) => {
+                for lookup in lookups {
+                    let _ = lookup.answer.send(Err(err.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Commits queued jobs, each partner at most once per transaction (an actor
+/// waits for its answer before it hands over another job, so a second job
+/// of one partner comes only from a restarted actor; it goes in a next round).
 async fn commit_jobs(db: &Db, jobs: Vec<Queued>) {
+    let mut rest = jobs;
+    while !rest.is_empty() {
+        let mut seen = HashSet::new();
+        let (round, later): (Vec<Queued>, Vec<Queued>) = rest
+            .into_iter()
+            .partition(|(job, _)| seen.insert(job.batch.partner_id.clone()));
+        commit_round(db, round).await;
+        rest = later;
+    }
+}
+
+/// Commits jobs of distinct partners in one transaction; a job whose debit
+/// guard fires is answered `Insufficient` and the rest committed without it.
+async fn commit_round(db: &Db, jobs: Vec<Queued>) {
+    let mut open = jobs;
+    while !open.is_empty() {
+        let now = open
+            .iter()
+            .map(|(job, _)| job.now)
+            .max()
+            .unwrap_or_else(time::now);
+        let batches: Vec<PartnerBatch> = open.iter().map(|(job, _)| job.batch.clone()).collect();
+        match commit_shared(db, &batches, now).await {
+            Ok(balances) => {
+                for ((_, answer), balances) in open.into_iter().zip(balances) {
+                    let _ = answer.send(Ok(balances));
+                }
+                return;
+            }
+            Err(SharedError::Fired(fired)) => {
+                let fired: HashSet<usize> = fired.into_iter().collect();
+                let mut kept = Vec::with_capacity(open.len());
+                for (index, (job, answer)) in open.into_iter().enumerate() {
+                    if fired.contains(&index) {
+                        let _ = answer.send(Err(AcceptError::Insufficient));
+                    } else {
+                        kept.push((job, answer));
+                    }
+                }
+                open = kept;
+            }
+            Err(SharedError::Db(err)) if open.len() > 1 => {
+                tracing::info!(jobs = open.len(), error = %err, "shared commit refused; committing its jobs one by one");
+                return commit_each(db, open).await;
+            }
+            Err(SharedError::Db(err)) => {
+                for (_, answer) in open {
+                    let _ = answer.send(Err(AcceptError::Db(err.clone())));
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// One transaction for many partners' batches; dropped (rolled back) on error.
+async fn commit_shared(
+    db: &Db,
+    batches: &[PartnerBatch],
+    now: DateTime<Utc>,
+) -> Result<Vec<Balances>, SharedError> {
+    let txn = store::begin_write(db).await?;
+    let balances = store::orders::accept_batches(&txn, batches, now).await?;
+    txn.commit().await?;
+    Ok(balances)
+}
+
+/// Commits jobs in one transaction, each inside its own savepoint, so that a
+/// job whose key lost a race rolls back alone while the others commit.
+async fn commit_each(db: &Db, jobs: Vec<Queued>) {
     let mut results: Vec<Result<Committed, AcceptError>> = Vec::with_capacity(jobs.len());
     let outcome = async {
         let txn = store::begin_write(db).await?;
         for (job, _) in &jobs {
             let savepoint = txn.begin().await?;
+            let batch = &job.batch;
             match store::orders::accept_batch(
                 &savepoint,
-                &job.partner_id,
-                &job.accepted,
-                &job.refusals,
+                &batch.partner_id,
+                &batch.orders,
+                &batch.refusals,
                 job.now,
             )
             .await

@@ -268,9 +268,11 @@ async fn start_accounts(
     supply: &Supply,
 ) -> anyhow::Result<Accounts> {
     let batching = settings.store.commit_mode == CommitMode::Batch;
-    // SQLite takes one writer at a time: batch across partners too.
-    let shared_writer = (batching && db.get_database_backend() == sea_orm::DbBackend::Sqlite)
-        .then(|| CommitWriter::start(db.clone()));
+    // Batch across partners too: the batches of many account actors go in
+    // one transaction of a constant number of statements (SQLite takes one
+    // writer at a time; PostgreSQL is spared a commit and its round trips
+    // per partner).
+    let shared_writer = batching.then(|| CommitWriter::start(db.clone()));
     Accounts::start(
         db.clone(),
         Duration::from_secs(settings.accounts.idle_seconds),

@@ -1802,6 +1802,118 @@ async fn storm(commit_mode: &str, nodes: usize) {
     assert_eq!(assert_ledger_matches_float(&app, &partner_id).await, 0);
 }
 
+/// Many partners at once through two nodes on one database: each node's
+/// shared writer commits many partners' batches in one transaction, and the
+/// two nodes race on every float, so debit guards fire under merged commits.
+/// Each partner is funded for exactly `K` orders and sends `3K` keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_storm_over_many_partners_on_two_nodes_spends_every_float_exactly() {
+    const PARTNERS: usize = 8;
+    const K: usize = 5;
+    let app = spawn_app_with(FAST).await;
+    let other = spawn_node(&app.database_url, FAST).await;
+    let mut partners = Vec::new();
+    for _ in 0..PARTNERS {
+        let (partner_id, secret) = live_partner(&app).await;
+        fund(&app, &partner_id, BRONZE_UNIT * K as i64).await;
+        partners.push((partner_id, secret));
+    }
+    let urls = [
+        format!("{}/partner/v1/orders", app.public),
+        format!("{}/partner/v1/orders", other.public),
+    ];
+    let sends: Vec<(usize, String)> = (0..PARTNERS)
+        .flat_map(|p| (0..3 * K).map(move |_| (p, new_key())))
+        .collect();
+    let barrier = Arc::new(tokio::sync::Barrier::new(sends.len()));
+    let tasks: Vec<_> = sends
+        .into_iter()
+        .enumerate()
+        .map(|(n, (p, key))| {
+            let (client, url, secret, barrier) = (
+                app.client.clone(),
+                urls[n % 2].clone(),
+                partners[p].1.clone(),
+                barrier.clone(),
+            );
+            tokio::spawn(async move {
+                barrier.wait().await;
+                (p, send_order(&client, &url, &secret, &key).await)
+            })
+        })
+        .collect();
+    let mut accepted: Vec<HashSet<String>> = vec![HashSet::new(); PARTNERS];
+    for task in futures::future::join_all(tasks).await {
+        let (p, seen) = task.unwrap();
+        match seen.status {
+            202 => assert!(accepted[p].insert(seen.order_id.unwrap())),
+            402 => {}
+            other => panic!("unexpected {other}: {seen:?}"),
+        }
+    }
+
+    for (p, (partner_id, secret)) in partners.iter().enumerate() {
+        assert_eq!(accepted[p].len(), K, "partner {p}: exactly K orders fit");
+        let ledger = ledger_of(&app, partner_id).await;
+        let charged: HashSet<String> = ledger
+            .iter()
+            .filter(|r| r.kind.as_str() == "purchase")
+            .map(|r| r.order_id.clone().unwrap())
+            .collect();
+        assert_eq!(charged, accepted[p], "partner {p}: each order charged once");
+        assert_eq!(assert_ledger_matches_float(&app, partner_id).await, 0);
+        assert_eq!(balance(&app, secret).await, 0);
+    }
+}
+
+/// A pass gives up its provisioning slot once its units are in a supplier
+/// order: with one slot, an order whose supplier order takes ten minutes
+/// does not hold back the next order, which completes while the first waits.
+#[tokio::test]
+async fn an_order_waiting_for_its_profiles_holds_no_provisioning_slot() {
+    let app = order_app_with(&[
+        ("provisioning.concurrency", "1"),
+        ("sandbox.slow_provisioning_ms", "600000"),
+    ])
+    .await;
+    let (partner_id, _) = live_partner(&app).await;
+    let sandbox = sandbox_key(&app, &partner_id).await;
+    set_sandbox_float(&app, &partner_id, 1_000_000).await;
+    let slow = place(
+        &app,
+        &sandbox,
+        &new_key(),
+        &json!({ "plan_id": "pl_sandbox_slow", "quantity": 1 }),
+    )
+    .await;
+    assert_eq!(slow.status, StatusCode::ACCEPTED, "{}", slow.body);
+    let slow_id = slow.order_id();
+    eventually(
+        "the slow order's unit in a supplier order",
+        SETTLE,
+        || async {
+            let units = order_unit::Entity::find()
+                .filter(order_unit::Column::OrderId.eq(slow_id.as_str()))
+                .all(&app.db)
+                .await
+                .unwrap();
+            units
+                .iter()
+                .all(|u| u.supplier_txn_id.is_some())
+                .then_some(())
+        },
+    )
+    .await;
+
+    let quick = place(&app, &sandbox, &new_key(), &order_body(1)).await;
+    assert_eq!(quick.status, StatusCode::ACCEPTED, "{}", quick.body);
+    let done = settled(&app, &sandbox, &quick.order_id()).await;
+    let (_, still) = get(&app, &sandbox, &format!("/orders/{slow_id}")).await;
+
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(still["status"], "processing", "{still}");
+}
+
 // -------------------------------------------------- restart and supervision
 
 #[tokio::test]

@@ -98,7 +98,7 @@ async fn try_batch(
         }
     }
     let job = job_of(state, requests, &decided.outcomes);
-    if !job.accepted.is_empty() || !job.refusals.is_empty() {
+    if !job.batch.orders.is_empty() || !job.batch.refusals.is_empty() {
         let committed = match &state.args.writer {
             Some(writer) => writer.submit(job).await,
             None => commit_alone(&state.args.db, job).await,
@@ -148,9 +148,11 @@ fn job_of(
         }
     }
     crate::actors::writer::Job {
-        partner_id: state.args.partner_id.clone(),
-        accepted,
-        refusals,
+        batch: store::orders::PartnerBatch {
+            partner_id: state.args.partner_id.clone(),
+            orders: accepted,
+            refusals,
+        },
         now: time::now(),
     }
 }
@@ -217,9 +219,15 @@ pub(super) async fn commit_alone(
     job: crate::actors::writer::Job,
 ) -> Result<crate::actors::writer::Committed, AcceptError> {
     let txn = store::begin_write(db).await?;
-    let committed =
-        store::orders::accept_batch(&txn, &job.partner_id, &job.accepted, &job.refusals, job.now)
-            .await?;
+    let batch = &job.batch;
+    let committed = store::orders::accept_batch(
+        &txn,
+        &batch.partner_id,
+        &batch.orders,
+        &batch.refusals,
+        job.now,
+    )
+    .await?;
     txn.commit().await?;
     Ok(committed)
 }

@@ -285,9 +285,13 @@ impl AccountState {
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
-        for (key, binding) in
-            store::orders::find_bindings(&self.args.db, &self.args.partner_id, &unknown).await?
-        {
+        let found = match &self.args.writer {
+            Some(writer) => writer.bindings(&self.args.partner_id, unknown).await?,
+            None => {
+                store::orders::find_bindings(&self.args.db, &self.args.partner_id, &unknown).await?
+            }
+        };
+        for (key, binding) in found {
             self.remember(&key, binding);
         }
         Ok(())
@@ -606,15 +610,29 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn the_shared_writer_commits_other_partners_when_one_jobs_guard_fires() {
-        use crate::actors::writer::{CommitWriter, Job};
-        let (_dir, db, poor) = database().await;
-        let rich = create(
-            &db,
+    /// A job of one sandbox order for the shared writer.
+    fn job(partner: &str, key: &str, total: i64) -> crate::actors::writer::Job {
+        let order = request(partner, key, total).ask.unwrap();
+        crate::actors::writer::Job {
+            batch: store::orders::PartnerBatch {
+                partner_id: partner.into(),
+                orders: vec![NewOrder {
+                    order,
+                    fingerprint: key.into(),
+                }],
+                refusals: Vec::new(),
+            },
+            now: Utc::now(),
+        }
+    }
+
+    /// A second partner with a 50,000 cent sandbox float.
+    async fn rich_partner(db: &Db, slug: &str) -> String {
+        create(
+            db,
             NewPartner {
                 name: "R".into(),
-                slug: "r".into(),
+                slug: slug.into(),
                 status: Status::Live,
                 tier: "gold".into(),
                 discount_override_bps: None,
@@ -626,21 +644,15 @@ mod tests {
         .await
         .unwrap()
         .partner
-        .id;
-        let writer = CommitWriter::start(db.clone());
-        let job = |partner: &str, key: &str, total: i64| {
-            let order = request(partner, key, total).ask.unwrap();
-            Job {
-                partner_id: partner.into(),
-                accepted: vec![NewOrder {
-                    order,
-                    fingerprint: key.into(),
-                }],
-                refusals: Vec::new(),
-                now: Utc::now(),
-            }
-        };
+        .id
+    }
 
+    #[tokio::test]
+    async fn the_shared_writer_commits_other_partners_when_one_jobs_guard_fires() {
+        use crate::actors::writer::CommitWriter;
+        let (_dir, db, poor) = database().await;
+        let rich = rich_partner(&db, "r").await;
+        let writer = CommitWriter::start(db.clone());
         let (too_big, fits) = tokio::join!(
             writer.submit(job(&poor, "p1", 20_000)),
             writer.submit(job(&rich, "r1", 20_000))
@@ -665,6 +677,50 @@ mod tests {
                 .await
                 .unwrap()
                 .is_some()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_shared_writer_refuses_only_the_job_whose_key_another_node_bound() {
+        use crate::actors::writer::CommitWriter;
+        let (_dir, db, first) = database().await;
+        let second = rich_partner(&db, "s").await;
+        // Another node binds `first`'s key k1 before this node's job arrives.
+        let elsewhere = job(&first, "k1", 1000).batch;
+        let txn = store::begin_write(&db).await.unwrap();
+        store::orders::accept_batch(&txn, &first, &elsewhere.orders, &[], Utc::now())
+            .await
+            .unwrap();
+        txn.commit().await.unwrap();
+        let writer = CommitWriter::start(db.clone());
+
+        let (lost, won) = tokio::join!(
+            writer.submit(job(&first, "k1", 1000)),
+            writer.submit(job(&second, "s1", 1000))
+        );
+        let bound = writer
+            .bindings(&first, vec!["k1".into(), "never".into()])
+            .await
+            .unwrap();
+
+        assert!(
+            matches!(&lost, Err(AcceptError::Db(err)) if store::is_unique_violation(err)),
+            "{lost:?}"
+        );
+        assert_eq!(
+            won.unwrap().1,
+            Some(49_000),
+            "the other partner's job committed"
+        );
+        assert_eq!(
+            store::orders::balances(&db, &first).await.unwrap().1,
+            9_000,
+            "only the other node's order was debited"
+        );
+        assert_eq!(bound.len(), 1);
+        assert_eq!(bound[0].0, "k1");
+        assert!(
+            matches!(&bound[0].1.bound, Bound::Order(id) if *id == elsewhere.orders[0].order.id)
         );
     }
 }

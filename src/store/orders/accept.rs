@@ -42,35 +42,65 @@ pub async fn find_bindings<C: ConnectionTrait>(
         .all(db)
         .await?;
     rows.into_iter()
-        .map(|row| {
-            let bound = match (&row.order_id, &row.error_body) {
-                (Some(order_id), _) => Bound::Order(order_id.clone()),
-                (None, Some(stored)) => {
-                    Bound::Refusal(Refusal::from_stored(stored).ok_or_else(|| {
-                        DbErr::Custom(format!(
-                            "the refusal bound to key {} is unreadable",
-                            row.key
-                        ))
-                    })?)
-                }
-                (None, None) => {
-                    return Err(DbErr::Custom(format!(
-                        "key {} is bound to nothing",
-                        row.key
-                    )));
-                }
-            };
-            let mode = row.mode;
-            Ok((
-                row.key,
-                Binding {
-                    mode,
-                    fingerprint: row.fingerprint,
-                    bound,
-                },
-            ))
-        })
+        .map(|row| Ok((row.key.clone(), binding_of(row)?)))
         .collect()
+}
+
+/// [`find_bindings`] for the keys of many partners at once, in one query
+/// whose text does not depend on how many: (partner, key, binding) for each
+/// pair that is bound.
+pub async fn find_bindings_of_many<C: ConnectionTrait>(
+    db: &C,
+    wanted: &[(String, String)],
+) -> Result<Vec<(String, String, Binding)>, DbErr> {
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pairs: Vec<serde_json::Value> = wanted
+        .iter()
+        .map(|(partner, key)| serde_json::json!({"p": partner, "k": key}))
+        .collect();
+    let sql = match db.get_database_backend() {
+        sea_orm::DbBackend::Postgres => {
+            "(\"partner_id\", \"key\") IN (SELECT p, k FROM jsonb_to_recordset($1::jsonb) AS r(p text, k text))"
+        }
+        _ => "(\"partner_id\", \"key\") IN (SELECT value ->> 'p', value ->> 'k' FROM json_each(?))",
+    };
+    let filter = sea_orm::sea_query::SimpleExpr::cust_with_values(
+        sql,
+        [serde_json::Value::from(pairs).to_string()],
+    );
+    let rows = idempotency_key::Entity::find()
+        .filter(filter)
+        .all(db)
+        .await?;
+    rows.into_iter()
+        .map(|row| Ok((row.partner_id.clone(), row.key.clone(), binding_of(row)?)))
+        .collect()
+}
+
+/// What a stored key binding says.
+fn binding_of(row: idempotency_key::Model) -> Result<Binding, DbErr> {
+    let bound = match (&row.order_id, &row.error_body) {
+        (Some(order_id), _) => Bound::Order(order_id.clone()),
+        (None, Some(stored)) => Bound::Refusal(Refusal::from_stored(stored).ok_or_else(|| {
+            DbErr::Custom(format!(
+                "the refusal bound to key {} is unreadable",
+                row.key
+            ))
+        })?),
+        (None, None) => {
+            return Err(DbErr::Custom(format!(
+                "key {} is bound to nothing",
+                row.key
+            )));
+        }
+    };
+    Ok(Binding {
+        mode: row.mode,
+        fingerprint: row.fingerprint,
+        bound,
+    })
 }
 
 /// What an Idempotency-Key of a partner is bound to, as stored.
@@ -121,74 +151,189 @@ pub fn unit_id(order_id: &str, n: i32) -> String {
     format!("{order_id}_{n}")
 }
 
-/// Persists a planned batch of one partner in the caller's transaction:
-/// one conditional debit per mode for the batch's total, then every order,
-/// unit, key binding and (live) purchase row, then the refusal bindings.
-/// Orders are in acceptance order; each purchase row gets its own `seq` and
-/// `balance_after`. Returns the balances after: (live, sandbox).
+/// One partner's decided batch, as the shared writer hands it over.
+#[derive(Debug, Clone)]
+pub struct PartnerBatch {
+    pub partner_id: String,
+    /// Orders to debit and write, in acceptance order.
+    pub orders: Vec<NewOrder>,
+    /// Refusals that bind their keys.
+    pub refusals: Vec<RefusalRow>,
+}
+
+/// Balances after a batch: (live, sandbox), `None` for a mode it did not touch.
+pub type Balances = (Option<i64>, Option<i64>);
+
+/// Why a shared commit of many batches did not go through.
+#[derive(Debug)]
+pub enum SharedError {
+    /// The conditional debit found too little money for these batches (by
+    /// index): nothing of the others is written either; roll back and commit
+    /// them again without these.
+    Fired(Vec<usize>),
+    /// The database refused (a unique key lost a race, or it is down).
+    Db(DbErr),
+}
+
+impl From<DbErr> for SharedError {
+    fn from(err: DbErr) -> Self {
+        SharedError::Db(err)
+    }
+}
+
+/// Persists a planned batch of one partner in the caller's transaction
+/// (see [`accept_batches`]). Returns the balances after: (live, sandbox).
 pub async fn accept_batch<C: ConnectionTrait>(
     txn: &C,
     partner_id: &str,
     orders: &[NewOrder],
     refusals: &[RefusalRow],
     now: DateTime<Utc>,
-) -> Result<(Option<i64>, Option<i64>), AcceptError> {
-    let mut after = (None, None);
+) -> Result<Balances, AcceptError> {
+    let batch = PartnerBatch {
+        partner_id: partner_id.to_owned(),
+        orders: orders.to_vec(),
+        refusals: refusals.to_vec(),
+    };
+    match accept_batches(txn, std::slice::from_ref(&batch), now).await {
+        Ok(mut balances) => Ok(balances.pop().unwrap_or((None, None))),
+        Err(SharedError::Fired(_)) => Err(AcceptError::Insufficient),
+        Err(SharedError::Db(err)) => Err(AcceptError::Db(err)),
+    }
+}
+
+/// Persists the planned batches of many partners (each partner at most once)
+/// in the caller's transaction with the same statements whatever their
+/// number: one conditional debit over every float they spend from (each
+/// float debited by its batch's total for that mode), then one insert each of
+/// orders, units, key bindings and (live) purchase rows. Orders are in
+/// acceptance order; each purchase row gets its own `seq` and
+/// `balance_after`. Returns each batch's balances after, in order.
+pub async fn accept_batches<C: ConnectionTrait>(
+    txn: &C,
+    batches: &[PartnerBatch],
+    now: DateTime<Utc>,
+) -> Result<Vec<Balances>, SharedError> {
+    let debits = debits_of(batches);
+    let moved = move_floats(txn, &debits, now).await?;
+    let fired: Vec<usize> = debits
+        .iter()
+        .filter(|d| !moved.contains_key(&(d.partner_id.clone(), d.mode)))
+        .map(|d| d.batch)
+        .collect();
+    if !fired.is_empty() {
+        let mut fired = fired;
+        fired.dedup();
+        return Err(SharedError::Fired(fired));
+    }
+    let mut balances = Vec::with_capacity(batches.len());
     let mut ledger_rows = Vec::new();
-    for mode in [Mode::Live, Mode::Sandbox] {
-        let mine: Vec<&NewOrder> = orders.iter().filter(|o| o.order.mode == mode).collect();
-        if mine.is_empty() {
-            continue;
+    for batch in batches {
+        let live = moved.get(&(batch.partner_id.clone(), Mode::Live));
+        let sandbox = moved.get(&(batch.partner_id.clone(), Mode::Sandbox));
+        if let Some(&(balance, next_seq)) = live {
+            ledger_rows.extend(purchase_rows(batch, balance, next_seq, now));
         }
-        let total: i64 = mine.iter().map(|o| o.order.total_cents).sum();
-        let count = mine.len() as i64;
-        let Some(row) = move_float(txn, partner_id, mode, -total, count, false, now).await? else {
-            return Err(AcceptError::Insufficient);
-        };
-        match mode {
-            Mode::Live => {
-                let mut balance = row.balance_cents + total;
-                for (seq, new) in (row.next_seq - count..).zip(&mine) {
-                    balance -= new.order.total_cents;
-                    ledger_rows.push(ledger_entry::Model {
-                        id: LedgerEntryId::generate().into_string(),
-                        partner_id: partner_id.to_owned(),
-                        seq,
-                        kind: LedgerKind::Purchase,
-                        amount_cents: -new.order.total_cents,
-                        balance_after_cents: balance,
-                        description: format!("{} × {}", new.order.quantity, new.order.plan_id),
-                        order_id: Some(new.order.id.clone()),
-                        deposit_id: None,
-                        movement_key: Some(format!("{}:purchase", new.order.id)),
-                        created_at: now,
-                    });
-                }
-                after.0 = Some(row.balance_cents);
+        balances.push((live.map(|m| m.0), sandbox.map(|m| m.0)));
+    }
+    let order_rows: Vec<order::Model> = batches
+        .iter()
+        .flat_map(|b| b.orders.iter().map(|o| o.order.clone()))
+        .collect();
+    let unit_rows: Vec<order_unit::Model> = order_rows
+        .iter()
+        .flat_map(|o| pending_units(o, now))
+        .collect();
+    let key_rows: Vec<idempotency_key::Model> =
+        batches.iter().flat_map(|b| key_rows(b, now)).collect();
+    bulk::insert_models::<order::Entity, _>(txn, &order_rows).await?;
+    bulk::insert_models::<order_unit::Entity, _>(txn, &unit_rows).await?;
+    bulk::insert_models::<idempotency_key::Entity, _>(txn, &key_rows).await?;
+    bulk::insert_models::<ledger_entry::Entity, _>(txn, &ledger_rows).await?;
+    Ok(balances)
+}
+
+/// One float a shared commit debits: a batch's total in one mode.
+struct Debit {
+    /// Index of the batch in the shared commit.
+    batch: usize,
+    partner_id: String,
+    mode: Mode,
+    total: i64,
+    /// Orders debited (ledger `seq`s taken on the live float).
+    count: i64,
+}
+
+fn debits_of(batches: &[PartnerBatch]) -> Vec<Debit> {
+    let mut debits = Vec::new();
+    for (index, batch) in batches.iter().enumerate() {
+        for mode in [Mode::Live, Mode::Sandbox] {
+            let mine = batch.orders.iter().filter(|o| o.order.mode == mode);
+            let (total, count) = mine.fold((0, 0), |(t, n), o| (t + o.order.total_cents, n + 1));
+            if count > 0 {
+                debits.push(Debit {
+                    batch: index,
+                    partner_id: batch.partner_id.clone(),
+                    mode,
+                    total,
+                    count,
+                });
             }
-            Mode::Sandbox => after.1 = Some(row.balance_cents),
         }
     }
-    let order_rows: Vec<order::Model> = orders.iter().map(|o| o.order.clone()).collect();
-    let unit_rows: Vec<order_unit::Model> = orders
+    debits
+}
+
+/// The live purchase rows of a batch, given the float after its debit.
+fn purchase_rows(
+    batch: &PartnerBatch,
+    balance_after: i64,
+    next_seq: i64,
+    now: DateTime<Utc>,
+) -> Vec<ledger_entry::Model> {
+    let live: Vec<&NewOrder> = batch
+        .orders
         .iter()
-        .flat_map(|o| pending_units(&o.order, now))
+        .filter(|o| o.order.mode == Mode::Live)
         .collect();
-    let mut key_rows: Vec<idempotency_key::Model> = orders
-        .iter()
-        .map(|o| idempotency_key::Model {
-            partner_id: o.order.partner_id.clone(),
-            key: o.order.idempotency_key.clone(),
-            mode: o.order.mode,
-            fingerprint: o.fingerprint.clone(),
-            order_id: Some(o.order.id.clone()),
-            error_status: None,
-            error_body: None,
-            created_at: now,
+    let total: i64 = live.iter().map(|o| o.order.total_cents).sum();
+    let mut balance = balance_after + total;
+    let first_seq = next_seq - live.len() as i64;
+    (first_seq..)
+        .zip(live)
+        .map(|(seq, new)| {
+            balance -= new.order.total_cents;
+            ledger_entry::Model {
+                id: LedgerEntryId::generate().into_string(),
+                partner_id: batch.partner_id.clone(),
+                seq,
+                kind: LedgerKind::Purchase,
+                amount_cents: -new.order.total_cents,
+                balance_after_cents: balance,
+                description: format!("{} × {}", new.order.quantity, new.order.plan_id),
+                order_id: Some(new.order.id.clone()),
+                deposit_id: None,
+                movement_key: Some(format!("{}:purchase", new.order.id)),
+                created_at: now,
+            }
         })
-        .collect();
-    key_rows.extend(refusals.iter().map(|r| idempotency_key::Model {
-        partner_id: partner_id.to_owned(),
+        .collect()
+}
+
+/// The key bindings of a batch: its orders', then its binding refusals'.
+fn key_rows(batch: &PartnerBatch, now: DateTime<Utc>) -> Vec<idempotency_key::Model> {
+    let orders = batch.orders.iter().map(|o| idempotency_key::Model {
+        partner_id: o.order.partner_id.clone(),
+        key: o.order.idempotency_key.clone(),
+        mode: o.order.mode,
+        fingerprint: o.fingerprint.clone(),
+        order_id: Some(o.order.id.clone()),
+        error_status: None,
+        error_body: None,
+        created_at: now,
+    });
+    let refusals = batch.refusals.iter().map(|r| idempotency_key::Model {
+        partner_id: batch.partner_id.clone(),
         key: r.key.clone(),
         mode: r.mode,
         fingerprint: r.fingerprint.clone(),
@@ -196,10 +341,58 @@ pub async fn accept_batch<C: ConnectionTrait>(
         error_status: None,
         error_body: Some(r.refusal.to_stored()),
         created_at: now,
-    }));
-    bulk::insert_models::<order::Entity, _>(txn, &order_rows).await?;
-    bulk::insert_models::<order_unit::Entity, _>(txn, &unit_rows).await?;
-    bulk::insert_models::<idempotency_key::Entity, _>(txn, &key_rows).await?;
-    bulk::insert_models::<ledger_entry::Entity, _>(txn, &ledger_rows).await?;
-    Ok(after)
+    });
+    orders.chain(refusals).collect()
+}
+
+/// Debits every float of `debits` in one conditional statement and reads
+/// back the floats it moved: (partner, mode) -> (balance after, next seq
+/// after). A float missing from the answer would have gone below zero and
+/// was not touched.
+async fn move_floats<C: ConnectionTrait>(
+    db: &C,
+    debits: &[Debit],
+    now: DateTime<Utc>,
+) -> Result<HashMap<(String, Mode), (i64, i64)>, DbErr> {
+    if debits.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows: Vec<serde_json::Value> = debits
+        .iter()
+        .map(|d| serde_json::json!({"p": d.partner_id, "m": d.mode.as_str(), "t": d.total, "n": d.count}))
+        .collect();
+    let source = match db.get_database_backend() {
+        sea_orm::DbBackend::Postgres => {
+            "jsonb_to_recordset($2::jsonb) AS d(p text, m text, t bigint, n bigint)"
+        }
+        _ => {
+            "(SELECT value ->> 'p' AS p, value ->> 'm' AS m, value ->> 't' AS t, \
+             value ->> 'n' AS n FROM json_each($2)) AS d"
+        }
+    };
+    let sql = format!(
+        "UPDATE \"floats\" SET \"balance_cents\" = \"floats\".\"balance_cents\" - d.t, \
+         \"next_seq\" = \"floats\".\"next_seq\" + CASE WHEN \"floats\".\"mode\" = 'live' THEN d.n ELSE 0 END, \
+         \"updated_at\" = $1 FROM {source} \
+         WHERE \"floats\".\"partner_id\" = d.p AND \"floats\".\"mode\" = d.m \
+         AND \"floats\".\"balance_cents\" >= d.t \
+         RETURNING \"floats\".\"partner_id\", \"floats\".\"mode\", \"floats\".\"balance_cents\", \"floats\".\"next_seq\""
+    );
+    let values = vec![now.into(), serde_json::Value::from(rows).to_string().into()];
+    let moved = db.query_all_raw(bulk::portable(db, &sql, values)).await?;
+    moved
+        .into_iter()
+        .map(|row| {
+            let mode: String = row.try_get("", "mode")?;
+            let mode = Mode::parse(&mode)
+                .ok_or_else(|| DbErr::Custom(format!("a float of unknown mode {mode}")))?;
+            Ok((
+                (row.try_get("", "partner_id")?, mode),
+                (
+                    row.try_get("", "balance_cents")?,
+                    row.try_get("", "next_seq")?,
+                ),
+            ))
+        })
+        .collect()
 }
