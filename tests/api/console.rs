@@ -240,7 +240,13 @@ async fn behind_tls_the_session_cookie_is_marked_secure() {
 
 #[tokio::test]
 async fn failed_sign_ins_run_out_of_budget_for_the_address() {
-    let app = spawn_app_with(&[("rate_limit.failed_auth_limit", "3")]).await;
+    // A day-long window: the failures and the refused sign-in cannot fall
+    // on both sides of a window's edge, as they could with a minute's.
+    let app = spawn_app_with(&[
+        ("rate_limit.failed_auth_limit", "3"),
+        ("rate_limit.failed_auth_window_seconds", "86400"),
+    ])
+    .await;
     for _ in 0..3 {
         assert_eq!(
             try_sign_in(&app, "guess").await.status,
