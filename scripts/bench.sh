@@ -9,7 +9,8 @@
 #                               side by side, per database, against the service's
 #                               default settings (only the limits lifted), with the
 #                               simulators in their own process (`simulate`)
-#   scripts/bench.sh profile    the same wrk load under perf: where the time goes
+#   scripts/bench.sh profile    the same load (PROFILE_PARTNERS partners, 100) under
+#                               perf: where the time goes
 #
 # PARTNER_COUNTS="1 100" and DATABASES=sqlite (or postgres) run a part of it.
 set -euo pipefail
@@ -133,20 +134,23 @@ orders_side_by_side() {
   done
   stop_all
 }
-# A profile of the server under the same wrk load (perf, call graphs):
-# the share of samples per thread kind and the top symbols, per database.
+# A profile of the server under the same wrk load as `orders` (defaults,
+# limits lifted, simulators in their own process), PROFILE_PARTNERS partners
+# (100 unless set): the share of samples per thread and the top symbols.
 profile_orders() {
   command -v perf >/dev/null || { echo "perf is not installed" >&2; return 1; }
+  start_simulators
   for database in "${databases[@]}"; do
-    local tag="prof-$RANDOM" url kind
+    local tag="prof-$RANDOM" url kind keys
     url="${database/DB/$tag}"; kind="${url%%:*}"
     if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi
-    start_server "$url" batch ESIM__PROVISIONING__CONCURRENCY=100000
-    local key; key=$(funded_key)
+    start_default_server "$url"
+    keys=$(keys_file "${PROFILE_PARTNERS:-100}")
     perf record -F 499 -g -p "$server" -o "$work/perf-$kind.data" -- sleep "$DURATION" 2>/dev/null &
     local recorder=$!
-    API_KEY="$key" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1
+    KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1
     wait "$recorder" || true
+    echo "settled $(wait_settled) s after the run"
     stop_server
     if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_$tag\" WITH (FORCE)" >/dev/null; fi
     echo "== $kind: samples by thread"
@@ -156,6 +160,7 @@ profile_orders() {
     echo "== $kind: top symbols"
     perf report -i "$work/perf-$kind.data" --no-children --sort sym --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -25 || true
   done
+  stop_all
 }
 if [ "${1:-all}" = orders ]; then orders_side_by_side; exit 0; fi
 if [ "${1:-all}" = profile ]; then profile_orders; exit 0; fi

@@ -19,7 +19,10 @@ use entities::approval;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{auth::record_refusal, reviews::checked_note};
+use super::{
+    auth::{Rule, record_refusal},
+    reviews::checked_note,
+};
 use crate::{
     actors::account::{Authority, Movement},
     domain::{
@@ -118,7 +121,7 @@ pub(crate) async fn listed(
     wanted: Option<ApprovalStatus>,
 ) -> Result<Vec<approval::Model>, ApiError> {
     let now = time::now();
-    let rows = store::approvals::list(&state.db, None, LIST_LIMIT).await?;
+    let rows = store::approvals::list(&state.db, LIST_LIMIT).await?;
     Ok(rows
         .into_iter()
         .map(|row| approval::Model {
@@ -188,7 +191,7 @@ pub(crate) async fn approve(
         record_refusal(
             state,
             caller,
-            "four_eyes",
+            Rule::FourEyes,
             &format!("approval {}", found.id),
             why,
         )

@@ -143,7 +143,7 @@ pub(crate) async fn refuse(
 ) -> ApiError {
     let why = format!("needs the {} role", needed.as_str());
     tracing::warn!(needed = needed.as_str(), what, "operator refused: role");
-    record_refusal(state, caller, "role", what, &why).await;
+    record_refusal(state, caller, Rule::Role, what, &why).await;
     forbidden_role(caller, needed)
 }
 
@@ -160,19 +160,35 @@ pub(crate) fn forbidden_role(caller: &Caller, needed: Role) -> ApiError {
         .with_extra("role", caller.role.as_str())
 }
 
+/// Which rule refused an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// The caller's role is below what the route or step needs.
+    Role,
+    /// The caller asked for the movement it tried to approve.
+    FourEyes,
+}
+
+impl Rule {
+    /// The audit action a refusal under this rule is recorded as.
+    fn action(self) -> &'static str {
+        match self {
+            Rule::Role => "role.refuse",
+            Rule::FourEyes => "four_eyes.refuse",
+        }
+    }
+}
+
 /// Appends a refused attempt to the trail. A refusal is answered even if
 /// the row cannot be written (it is logged then), since nothing changed.
 pub(crate) async fn record_refusal(
     state: &AppState,
     caller: &Caller,
-    rule: &'static str,
+    rule: Rule,
     what: &str,
     why: &str,
 ) {
-    let action = match rule {
-        "four_eyes" => "four_eyes.refuse",
-        _ => "role.refuse",
-    };
+    let action = rule.action();
     let entry = caller
         .audit(action, "route", what, time::now())
         .refused(why);

@@ -56,19 +56,11 @@ pub async fn find<C: ConnectionTrait>(db: &C, id: &str) -> Result<Option<approva
     approval::Entity::find_by_id(id.to_owned()).one(db).await
 }
 
-/// Up to `limit` approvals, newest first; only those stored as `status` if
-/// given (a lapsed one may still be stored as pending: see
-/// `domain::operators::effective_status`).
-pub async fn list<C: ConnectionTrait>(
-    db: &C,
-    status: Option<ApprovalStatus>,
-    limit: u64,
-) -> Result<Vec<approval::Model>, DbErr> {
-    let mut query = approval::Entity::find();
-    if let Some(status) = status {
-        query = query.filter(approval::Column::Status.eq(status));
-    }
-    query
+/// Up to `limit` approvals, newest first, whatever their status: a lapsed
+/// one may still be stored as pending, so callers filter on the effective
+/// status (`domain::operators::effective_status`).
+pub async fn list<C: ConnectionTrait>(db: &C, limit: u64) -> Result<Vec<approval::Model>, DbErr> {
+    approval::Entity::find()
         .order_by_desc(approval::Column::Id)
         .limit(limit)
         .all(db)

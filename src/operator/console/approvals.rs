@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::{
     FormResult,
-    pages::{DecisionForm, Page, failed, failed_api, refusal},
+    pages::{DecisionForm, Page, Unfit, checked_decision, failed, failed_api, refusal},
     session::Operator,
     trends::partner_link,
     views::{self, moment, usd},
@@ -25,7 +25,7 @@ use crate::{
         operators::Role,
         states::{ApprovalKind, ApprovalStatus},
     },
-    operator::{approvals, auth, reviews},
+    operator::approvals,
     state::AppState,
     store,
 };
@@ -99,31 +99,24 @@ async fn decide(
     form: FormResult<DecisionForm>,
     decision: ApprovalStatus,
 ) -> Page {
-    let Ok(axum::Form(form)) = form else {
-        let refused =
-            Banner::Refused("The form was not understood; write a note and choose again.".into());
-        return shown_with(&operator, &state, StatusCode::BAD_REQUEST, Some(&refused)).await;
-    };
-    if !operator.sent(&form.csrf) {
-        return Err(views::page(StatusCode::FORBIDDEN, views::stale_form()));
-    }
-    if !operator.caller.may(Role::Finance) {
-        let what = format!("console: decide approval {id}");
-        let error = auth::refuse(&state, &operator.caller, Role::Finance, &what).await;
-        let refused = Banner::Refused(refusal(&error));
-        return shown_with(&operator, &state, StatusCode::FORBIDDEN, Some(&refused)).await;
-    }
-    let caller = &operator.caller;
-    let taken = match reviews::checked_note("note", &form.note) {
-        Err(error) => Err(error),
-        Ok(note) if decision == ApprovalStatus::Approved => {
-            approvals::approve(&state, caller, &id, note)
-                .await
-                .map(|_| ())
+    let what = format!("console: decide approval {id}");
+    let note = match checked_decision(&operator, &state, form, &what).await {
+        Ok(note) => note,
+        Err(Unfit::Stale) => return Err(views::page(StatusCode::FORBIDDEN, views::stale_form())),
+        Err(Unfit::Refused(status, why)) => {
+            let refused = Banner::Refused(why);
+            return shown_with(&operator, &state, status, Some(&refused)).await;
         }
-        Ok(note) => approvals::reject(&state, caller, &id, note)
+    };
+    let caller = &operator.caller;
+    let taken = if decision == ApprovalStatus::Approved {
+        approvals::approve(&state, caller, &id, &note)
             .await
-            .map(|_| ()),
+            .map(|_| ())
+    } else {
+        approvals::reject(&state, caller, &id, &note)
+            .await
+            .map(|_| ())
     };
     match taken {
         // Taken, the id is a well-formed `apr_` id: safe in the query.

@@ -135,6 +135,46 @@ pub(super) struct DecisionForm {
     pub note: String,
 }
 
+/// Why a decision form is not acted on.
+pub(super) enum Unfit {
+    /// Its CSRF token is not this session's: answer the stale-form page.
+    Stale,
+    /// Show the page again with this status, saying why it was refused.
+    Refused(StatusCode, String),
+}
+
+impl Unfit {
+    fn refused(error: &ApiError) -> Self {
+        Unfit::Refused(error.http_status(), refusal(error))
+    }
+}
+
+/// The checks every decision form goes through, in order: the form is
+/// understood, carries this session's CSRF token, comes from a finance or
+/// admin operator (a refusal is recorded in the trail, naming `what`), and
+/// has a note. Returns the checked note.
+pub(super) async fn checked_decision(
+    operator: &Operator,
+    state: &AppState,
+    form: FormResult<DecisionForm>,
+    what: &str,
+) -> Result<String, Unfit> {
+    let Ok(axum::Form(form)) = form else {
+        let why = "The form was not understood; write a note and choose again.";
+        return Err(Unfit::Refused(StatusCode::BAD_REQUEST, why.into()));
+    };
+    if !operator.sent(&form.csrf) {
+        return Err(Unfit::Stale);
+    }
+    if !operator.caller.may(Role::Finance) {
+        let error = auth::refuse(state, &operator.caller, Role::Finance, what).await;
+        return Err(Unfit::refused(&error));
+    }
+    reviews::checked_note("note", &form.note)
+        .map(str::to_owned)
+        .map_err(|error| Unfit::refused(&error))
+}
+
 /// `POST /console/reviews/{id}/approve`.
 pub(super) async fn approve(
     operator: Operator,
@@ -165,29 +205,22 @@ async fn decide(
     form: FormResult<DecisionForm>,
     decision: ReviewStatus,
 ) -> Page {
-    let Ok(axum::Form(form)) = form else {
-        let refused =
-            Banner::Refused("The form was not understood; write a note and choose again.".into());
-        return reviews_with(&operator, &state, StatusCode::BAD_REQUEST, Some(&refused)).await;
-    };
-    if !operator.sent(&form.csrf) {
-        return Err(views::page(StatusCode::FORBIDDEN, views::stale_form()));
-    }
-    if !operator.caller.may(Role::Finance) {
-        let what = format!("console: decide review {id}");
-        let error = auth::refuse(&state, &operator.caller, Role::Finance, &what).await;
-        let refused = Banner::Refused(refusal(&error));
-        return reviews_with(&operator, &state, StatusCode::FORBIDDEN, Some(&refused)).await;
-    }
-    let caller = &operator.caller;
-    let taken = match reviews::checked_note("note", &form.note) {
-        Err(error) => Err(error),
-        Ok(note) if decision == ReviewStatus::Approved => {
-            reviews::approve(&state, caller, &id, note).await
+    let what = format!("console: decide review {id}");
+    let note = match checked_decision(&operator, &state, form, &what).await {
+        Ok(note) => note,
+        Err(Unfit::Stale) => return Err(views::page(StatusCode::FORBIDDEN, views::stale_form())),
+        Err(Unfit::Refused(status, why)) => {
+            let refused = Banner::Refused(why);
+            return reviews_with(&operator, &state, status, Some(&refused)).await;
         }
-        Ok(note) => reviews::close(&state, caller, &id, decision, note)
+    };
+    let caller = &operator.caller;
+    let taken = if decision == ReviewStatus::Approved {
+        reviews::approve(&state, caller, &id, &note).await
+    } else {
+        reviews::close(&state, caller, &id, decision, &note)
             .await
-            .map(reviews::Decided::Done),
+            .map(reviews::Decided::Done)
     };
     match taken {
         Ok(reviews::Decided::Done(review)) => {
