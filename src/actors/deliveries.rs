@@ -32,15 +32,10 @@ impl DeliveryWriter {
     pub(crate) fn start(db: Db) -> Self {
         let (queue, mut incoming) = tokio::sync::mpsc::channel::<Delivery>(4096);
         tokio::spawn(async move {
-            while let Some(first) = incoming.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < DELIVERY_BATCH {
-                    match incoming.try_recv() {
-                        Ok(next) => batch.push(next),
-                        Err(_) => break,
-                    }
-                }
-                write_deliveries(&db, batch).await;
+            // Waits for one profile and takes every one queued behind it.
+            let mut batch = Vec::with_capacity(DELIVERY_BATCH);
+            while incoming.recv_many(&mut batch, DELIVERY_BATCH).await > 0 {
+                write_deliveries(&db, std::mem::take(&mut batch)).await;
             }
         });
         Self { queue }

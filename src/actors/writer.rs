@@ -73,15 +73,10 @@ impl CommitWriter {
         tokio::spawn(read_bindings(db.clone(), questions));
         let (queue, mut incoming) = mpsc::channel::<Queued>(1024);
         tokio::spawn(async move {
-            while let Some(first) = incoming.recv().await {
-                let mut jobs = vec![first];
-                while jobs.len() < MAX_JOBS {
-                    match incoming.try_recv() {
-                        Ok(next) => jobs.push(next),
-                        Err(_) => break,
-                    }
-                }
-                commit_jobs(&db, jobs).await;
+            // Waits for one job and takes every one queued behind it.
+            let mut jobs = Vec::with_capacity(MAX_JOBS);
+            while incoming.recv_many(&mut jobs, MAX_JOBS).await > 0 {
+                commit_jobs(&db, std::mem::take(&mut jobs)).await;
             }
         });
         Self { queue, lookups }
@@ -125,14 +120,9 @@ impl CommitWriter {
 /// the next query. Lookups of one partner may share a query: each gets the
 /// bindings of its own keys.
 async fn read_bindings(db: Db, mut questions: mpsc::Receiver<Lookup>) {
-    while let Some(first) = questions.recv().await {
-        let mut lookups = vec![first];
-        while lookups.len() < MAX_LOOKUPS {
-            match questions.try_recv() {
-                Ok(next) => lookups.push(next),
-                Err(_) => break,
-            }
-        }
+    let mut queued = Vec::with_capacity(MAX_LOOKUPS);
+    while questions.recv_many(&mut queued, MAX_LOOKUPS).await > 0 {
+        let lookups = std::mem::take(&mut queued);
         let wanted: Vec<(String, String)> = lookups
             .iter()
             .flat_map(|l| l.keys.iter().map(|k| (l.partner_id.clone(), k.clone())))

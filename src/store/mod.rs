@@ -1,9 +1,16 @@
 //! Persistence through sea-orm: the only place that knows SQL.
 //!
 //! SQLite (the embedded default) runs in WAL mode with `synchronous=FULL` and a
-//! busy timeout; every transaction that reads and then writes starts
+//! busy timeout, and reads the database file through a memory map (up to
+//! [`SQLITE_MMAP_BYTES`]) rather than a `pread` and a copy per page; writes
+//! still go through the WAL. Every transaction that reads and then writes starts
 //! `IMMEDIATE` ([`begin_write`]) so two writers never deadlock on a lock
 //! upgrade and SQLite never answers `SQLITE_BUSY` mid-transaction.
+
+/// How much of an SQLite database file its connections read through a
+/// memory map (address space, shared by the connections through the page
+/// cache; a larger file is read past it as usual).
+pub const SQLITE_MMAP_BYTES: u64 = 256 * 1024 * 1024;
 
 pub mod approvals;
 pub mod audit;
@@ -84,6 +91,7 @@ pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<Db> {
                 .synchronous(SqliteSynchronous::Full)
                 .busy_timeout(busy)
                 .foreign_keys(true)
+                .pragma("mmap_size", SQLITE_MMAP_BYTES.to_string())
         });
     }
     let peers = if is_sqlite {
@@ -625,6 +633,37 @@ mod tests {
             .unwrap();
         next.await.unwrap();
         assert!(gate.try_lock().is_ok(), "the turn is free once both ended");
+    }
+
+    #[tokio::test]
+    async fn sqlite_connections_read_through_a_memory_map_in_wal_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = DatabaseSettings {
+            url: format!("sqlite://{}/mmap.db", dir.path().display()),
+            max_connections: 2,
+            busy_timeout_ms: 5_000,
+            probe_timeout_ms: 1_000,
+        };
+        let db = connect(&settings).await.unwrap();
+        let pragma = |name: &'static str| {
+            let db = db.clone();
+            async move {
+                let row = db
+                    .query_one_raw(sea_orm::Statement::from_string(
+                        DbBackend::Sqlite,
+                        format!("PRAGMA {name}"),
+                    ))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                row.try_get_by_index::<i64>(0)
+                    .map(|n| n.to_string())
+                    .or_else(|_| row.try_get_by_index::<String>(0))
+                    .unwrap()
+            }
+        };
+        assert_eq!(pragma("mmap_size").await, SQLITE_MMAP_BYTES.to_string());
+        assert_eq!(pragma("journal_mode").await, "wal");
     }
 
     #[test]
