@@ -24,6 +24,7 @@ pub mod nodes;
 pub mod operators;
 pub mod orders;
 pub mod partners;
+mod pool;
 pub(crate) mod supplier_orders;
 pub mod supply;
 pub mod trends;
@@ -54,6 +55,8 @@ use sea_orm::{
 use tokio::sync::OwnedMutexGuard;
 
 use crate::config::DatabaseSettings;
+
+pub use pool::{PoolUse, pool_use};
 
 /// A shared handle on the database pool.
 pub type Db = DatabaseConnection;
@@ -529,49 +532,6 @@ fn sqlite_file(db: &Db) -> Option<PathBuf> {
 /// duplicate), which callers turn into a 4xx.
 pub fn is_unique_violation(err: &DbErr) -> bool {
     matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_)))
-}
-
-/// How the connection pool is used right now (for metrics).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolUse {
-    /// Connections open.
-    pub size: u32,
-    /// Of those, waiting for work.
-    pub idle: usize,
-    /// Most connections the pool opens.
-    pub max: u32,
-}
-
-impl PoolUse {
-    /// Connections lent out.
-    pub fn in_use(&self) -> usize {
-        (self.size as usize).saturating_sub(self.idle)
-    }
-}
-
-/// The pool's use, or `None` for a connection without a pool.
-pub fn pool_use(db: &Db) -> Option<PoolUse> {
-    // The pool getters panic on another backend: each is called only in the
-    // arm that matched its own variant.
-    match &db.inner {
-        DatabaseConnectionType::SqlxSqlitePoolConnection(_) => {
-            let pool = db.get_sqlite_connection_pool();
-            Some(PoolUse {
-                size: pool.size(),
-                idle: pool.num_idle(),
-                max: pool.options().get_max_connections(),
-            })
-        }
-        DatabaseConnectionType::SqlxPostgresPoolConnection(_) => {
-            let pool = db.get_postgres_connection_pool();
-            Some(PoolUse {
-                size: pool.size(),
-                idle: pool.num_idle(),
-                max: pool.options().get_max_connections(),
-            })
-        }
-        _ => None,
-    }
 }
 
 fn ensure_sqlite_folder(url: &str) -> anyhow::Result<()> {

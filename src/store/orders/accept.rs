@@ -357,7 +357,11 @@ async fn move_floats<C: ConnectionTrait>(
     if debits.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows: Vec<serde_json::Value> = debits
+    // In key order, so that two nodes' shared commits lock the floats they
+    // both touch in the same order rather than each waiting on the other.
+    let mut ordered: Vec<&Debit> = debits.iter().collect();
+    ordered.sort_by(|a, b| (&a.partner_id, a.mode.as_str()).cmp(&(&b.partner_id, b.mode.as_str())));
+    let rows: Vec<serde_json::Value> = ordered
         .iter()
         .map(|d| serde_json::json!({"p": d.partner_id, "m": d.mode.as_str(), "t": d.total, "n": d.count}))
         .collect();
