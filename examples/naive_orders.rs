@@ -21,7 +21,7 @@ use esim_reseller::{
     domain::ids::OrderId,
     store::{
         self,
-        orders::{NewOrder, accept_batch},
+        orders::{NewOrder, PartnerBatch, accept_batch},
         partners::{NewPartner, create},
     },
 };
@@ -91,7 +91,12 @@ async fn main() -> anyhow::Result<()> {
                         fingerprint: "naive".into(),
                     };
                     let txn = store::begin_write(&db).await?;
-                    accept_batch(&txn, &partner_id, &[new], &[], Utc::now())
+                    let batch = PartnerBatch {
+                        partner_id: partner_id.clone(),
+                        orders: vec![new],
+                        refusals: Vec::new(),
+                    };
+                    accept_batch(&txn, &batch, Utc::now())
                         .await
                         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
                     txn.commit().await?;

@@ -179,7 +179,7 @@ async fn commit_round(db: &Db, jobs: Vec<Queued>) {
             .map(|(job, _)| job.now)
             .max()
             .unwrap_or_else(time::now);
-        let batches: Vec<PartnerBatch> = open.iter().map(|(job, _)| job.batch.clone()).collect();
+        let batches: Vec<&PartnerBatch> = open.iter().map(|(job, _)| &job.batch).collect();
         match commit_shared(db, &batches, now).await {
             Ok(balances) => {
                 for ((_, answer), balances) in open.into_iter().zip(balances) {
@@ -188,7 +188,6 @@ async fn commit_round(db: &Db, jobs: Vec<Queued>) {
                 return;
             }
             Err(SharedError::Fired(fired)) => {
-                let fired: HashSet<usize> = fired.into_iter().collect();
                 let mut kept = Vec::with_capacity(open.len());
                 for (index, (job, answer)) in open.into_iter().enumerate() {
                     if fired.contains(&index) {
@@ -216,7 +215,7 @@ async fn commit_round(db: &Db, jobs: Vec<Queued>) {
 /// One transaction for many partners' batches; dropped (rolled back) on error.
 async fn commit_shared(
     db: &Db,
-    batches: &[PartnerBatch],
+    batches: &[&PartnerBatch],
     now: DateTime<Utc>,
 ) -> Result<Vec<Balances>, SharedError> {
     let txn = store::begin_write(db).await?;
@@ -233,16 +232,7 @@ async fn commit_each(db: &Db, jobs: Vec<Queued>) {
         let txn = store::begin_write(db).await?;
         for (job, _) in &jobs {
             let savepoint = txn.begin().await?;
-            let batch = &job.batch;
-            match store::orders::accept_batch(
-                &savepoint,
-                &batch.partner_id,
-                &batch.orders,
-                &batch.refusals,
-                job.now,
-            )
-            .await
-            {
+            match store::orders::accept_batch(&savepoint, &job.batch, job.now).await {
                 Ok(committed) => {
                     savepoint.commit().await?;
                     results.push(Ok(committed));

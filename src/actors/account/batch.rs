@@ -219,15 +219,7 @@ pub(super) async fn commit_alone(
     job: crate::actors::writer::Job,
 ) -> Result<crate::actors::writer::Committed, AcceptError> {
     let txn = store::begin_write(db).await?;
-    let batch = &job.batch;
-    let committed = store::orders::accept_batch(
-        &txn,
-        &batch.partner_id,
-        &batch.orders,
-        &batch.refusals,
-        job.now,
-    )
-    .await?;
+    let committed = store::orders::accept_batch(&txn, &job.batch, job.now).await?;
     txn.commit().await?;
     Ok(committed)
 }

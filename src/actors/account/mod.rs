@@ -688,7 +688,7 @@ mod tests {
         // Another node binds `first`'s key k1 before this node's job arrives.
         let elsewhere = job(&first, "k1", 1000).batch;
         let txn = store::begin_write(&db).await.unwrap();
-        store::orders::accept_batch(&txn, &first, &elsewhere.orders, &[], Utc::now())
+        store::orders::accept_batch(&txn, &elsewhere, Utc::now())
             .await
             .unwrap();
         txn.commit().await.unwrap();

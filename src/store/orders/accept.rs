@@ -170,7 +170,7 @@ pub enum SharedError {
     /// The conditional debit found too little money for these batches (by
     /// index): nothing of the others is written either; roll back and commit
     /// them again without these.
-    Fired(Vec<usize>),
+    Fired(BTreeSet<usize>),
     /// The database refused (a unique key lost a race, or it is down).
     Db(DbErr),
 }
@@ -185,17 +185,10 @@ impl From<DbErr> for SharedError {
 /// (see [`accept_batches`]). Returns the balances after: (live, sandbox).
 pub async fn accept_batch<C: ConnectionTrait>(
     txn: &C,
-    partner_id: &str,
-    orders: &[NewOrder],
-    refusals: &[RefusalRow],
+    batch: &PartnerBatch,
     now: DateTime<Utc>,
 ) -> Result<Balances, AcceptError> {
-    let batch = PartnerBatch {
-        partner_id: partner_id.to_owned(),
-        orders: orders.to_vec(),
-        refusals: refusals.to_vec(),
-    };
-    match accept_batches(txn, std::slice::from_ref(&batch), now).await {
+    match accept_batches(txn, &[batch], now).await {
         Ok(mut balances) => Ok(balances.pop().unwrap_or((None, None))),
         Err(SharedError::Fired(_)) => Err(AcceptError::Insufficient),
         Err(SharedError::Db(err)) => Err(AcceptError::Db(err)),
@@ -211,19 +204,17 @@ pub async fn accept_batch<C: ConnectionTrait>(
 /// `balance_after`. Returns each batch's balances after, in order.
 pub async fn accept_batches<C: ConnectionTrait>(
     txn: &C,
-    batches: &[PartnerBatch],
+    batches: &[&PartnerBatch],
     now: DateTime<Utc>,
 ) -> Result<Vec<Balances>, SharedError> {
     let debits = debits_of(batches);
     let moved = move_floats(txn, &debits, now).await?;
-    let fired: Vec<usize> = debits
+    let fired: BTreeSet<usize> = debits
         .iter()
         .filter(|d| !moved.contains_key(&(d.partner_id.clone(), d.mode)))
         .map(|d| d.batch)
         .collect();
     if !fired.is_empty() {
-        let mut fired = fired;
-        fired.dedup();
         return Err(SharedError::Fired(fired));
     }
     let mut balances = Vec::with_capacity(batches.len());
@@ -264,7 +255,7 @@ struct Debit {
     count: i64,
 }
 
-fn debits_of(batches: &[PartnerBatch]) -> Vec<Debit> {
+fn debits_of(batches: &[&PartnerBatch]) -> Vec<Debit> {
     let mut debits = Vec::new();
     for (index, batch) in batches.iter().enumerate() {
         for mode in [Mode::Live, Mode::Sandbox] {

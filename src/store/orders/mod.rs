@@ -4,7 +4,7 @@
 //! conditional (`balance >= amount` for a debit) and the ledger row carries a
 //! unique `movement_key`; a unit moves out of `pending` only once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use entities::{esim, float, idempotency_key, ledger_entry, order, order_unit};
