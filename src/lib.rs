@@ -13,7 +13,7 @@
 //!     <-  state (what handlers read)  <-  http, operator (the edges)  <-  app (wiring)
 //! ```
 //!
-//! [`config`], [`metrics`], [`limits`] and [`periodic`] are leaves every
+//! [`config`], [`metrics`], [`limits`], [`periodic`] and [`sync`] are leaves every
 //! layer may use;
 //! [`supplier`] and [`payments`] adapt the outside world beside [`store`].
 //!
@@ -103,6 +103,7 @@ pub(crate) mod simulators;
 pub(crate) mod state;
 pub mod store;
 pub mod supplier;
+pub(crate) mod sync;
 pub mod telemetry;
 
 /// Installs ring as the process's TLS crypto provider (reqwest is built

@@ -8,6 +8,7 @@
 //! Faults (latency, 5xx, garbage, refusals, late answers) are injected with
 //! `POST /sim/supplier/faults`; `GET /sim/supplier/stats` counts what it saw.
 
+use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{
@@ -170,10 +171,6 @@ impl SupplierSim {
         let limit = u64::from(self.rate_limit.load(Ordering::Relaxed));
         limit == 0 || window.1 <= limit
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Routes of the simulated supplier.

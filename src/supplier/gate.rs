@@ -9,6 +9,7 @@
 //! whole fleet stays under the supplier's limit. An answer that says "slow
 //! down" pauses every call of the node for a moment ([`RateGate::slow_down`]).
 
+use crate::sync::lock;
 use std::{
     num::NonZeroU32,
     sync::{Arc, Mutex},
@@ -105,10 +106,6 @@ impl RateGate {
     pub fn slow_downs(&self) -> u64 {
         self.slow_downs.load(std::sync::atomic::Ordering::Relaxed)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

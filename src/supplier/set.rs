@@ -8,6 +8,7 @@
 //! call's outcome to the breaker ([`SupplierEntry::record`]). Operators read
 //! [`SupplierSet::view`].
 
+use crate::sync::lock;
 use std::{
     sync::{
         Arc, Mutex,
@@ -329,8 +330,4 @@ impl SupplierSet {
         );
         views
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -5,6 +5,7 @@
 
 mod money;
 
+use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{
@@ -315,11 +316,6 @@ impl Accounts {
             entries.remove(partner_id);
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Critical sections here never panic and never await.
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The start lock of one partner's actor (created on demand).

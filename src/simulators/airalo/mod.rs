@@ -40,6 +40,7 @@ mod lookup;
 mod ordering;
 mod orders;
 
+use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{
@@ -157,10 +158,6 @@ pub(crate) struct AiraloSim {
     stats: Stats,
     /// Client of webhook deliveries.
     http: reqwest::Client,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl AiraloSim {

@@ -15,6 +15,7 @@
 mod control;
 mod invoice;
 
+use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{
@@ -74,10 +75,6 @@ impl PaymentsSim {
         headers.get("authorization").and_then(|v| v.to_str().ok())
             == Some(&format!("token {}", self.api_key))
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Routes of the simulated payment provider.

@@ -36,6 +36,7 @@ mod parse;
 mod transport;
 mod webhook;
 
+use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -107,10 +108,6 @@ impl AiraloClient {
         }
         cache.insert(iccid.to_owned(), (Instant::now(), usage.clone()));
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Whether `value` may stand in a URL path as it is.
