@@ -1,16 +1,13 @@
 //! Persistence through sea-orm: the only place that knows SQL.
 //!
 //! SQLite (the embedded default) runs in WAL mode with `synchronous=FULL` and a
-//! busy timeout, and reads the database file through a memory map (up to
-//! [`SQLITE_MMAP_BYTES`]) rather than a `pread` and a copy per page; writes
-//! still go through the WAL. Every transaction that reads and then writes starts
+//! busy timeout, and reads its pages with `pread`, not through a memory map:
+//! in WAL mode a connection that finds the database changed since its last
+//! transaction drops its page cache and unmaps the whole file, so under a
+//! steady stream of writes a map costs an `munmap`, a new map and a page
+//! fault per page touched, more than the copies it saves. Every transaction that reads and then writes starts
 //! `IMMEDIATE` ([`begin_write`]) so two writers never deadlock on a lock
 //! upgrade and SQLite never answers `SQLITE_BUSY` mid-transaction.
-
-/// How much of an SQLite database file its connections read through a
-/// memory map (address space, shared by the connections through the page
-/// cache; a larger file is read past it as usual).
-pub const SQLITE_MMAP_BYTES: u64 = 256 * 1024 * 1024;
 
 pub mod approvals;
 pub mod audit;
@@ -54,7 +51,7 @@ use sea_orm::{
 
 use tokio::sync::OwnedMutexGuard;
 
-use crate::config::DatabaseSettings;
+use crate::{config::DatabaseSettings, sync::lock};
 
 pub use pool::{PoolUse, pool_use};
 
@@ -94,7 +91,6 @@ pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<Db> {
                 .synchronous(SqliteSynchronous::Full)
                 .busy_timeout(busy)
                 .foreign_keys(true)
-                .pragma("mmap_size", SQLITE_MMAP_BYTES.to_string())
         });
     }
     let peers = if is_sqlite {
@@ -504,15 +500,13 @@ static WRITE_GATES: LazyLock<std::sync::Mutex<Gates>> = LazyLock::new(Default::d
 /// Registers the gate of a SQLite file (at connect).
 fn register_write_gate(db: &Db, wait: Duration) {
     let Some(file) = sqlite_file(db) else { return };
-    // A poisoned map only means another thread panicked mid-insert; the map
-    // itself is still whole, so keep using it.
-    let mut gates = WRITE_GATES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut gates = lock(&WRITE_GATES);
     gates.entry(file).or_insert_with(|| (Arc::default(), wait));
 }
 
 fn write_gate(db: &Db) -> Option<(Arc<tokio::sync::Mutex<()>>, Duration)> {
     let file = sqlite_file(db)?;
-    let gates = WRITE_GATES.lock().unwrap_or_else(|e| e.into_inner());
+    let gates = lock(&WRITE_GATES);
     gates.get(&file).cloned()
 }
 
@@ -596,10 +590,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn sqlite_connections_read_through_a_memory_map_in_wal_mode() {
+    async fn sqlite_connections_run_in_wal_mode_with_full_sync_and_no_memory_map() {
         let dir = tempfile::tempdir().unwrap();
         let settings = DatabaseSettings {
-            url: format!("sqlite://{}/mmap.db", dir.path().display()),
+            url: format!("sqlite://{}/pragmas.db", dir.path().display()),
             max_connections: 2,
             busy_timeout_ms: 5_000,
             probe_timeout_ms: 1_000,
@@ -622,8 +616,9 @@ mod tests {
                     .unwrap()
             }
         };
-        assert_eq!(pragma("mmap_size").await, SQLITE_MMAP_BYTES.to_string());
         assert_eq!(pragma("journal_mode").await, "wal");
+        assert_eq!(pragma("synchronous").await, "2", "FULL");
+        assert_eq!(pragma("mmap_size").await, "0");
     }
 
     #[test]
