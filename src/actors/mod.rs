@@ -21,6 +21,7 @@
 pub(crate) mod account;
 pub(crate) mod accounts;
 pub(crate) mod admission;
+pub(crate) mod claims;
 pub(crate) mod deliveries;
 pub(crate) mod events;
 pub(crate) mod provisioning;

@@ -17,6 +17,7 @@
 //! the supplier's capacity. Anything lost in a crash is re-driven by the
 //! reconciler.
 
+use crate::sync::lock;
 use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
@@ -30,6 +31,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{
     accounts::Accounts,
+    claims::HeldClaims,
     deliveries::DeliveryWriter,
     log_lifecycle,
     supplier_orders::{Outcome, SupplierOrders},
@@ -42,7 +44,7 @@ use crate::{
         states::EsimStatus,
         time,
     },
-    store::{self, Db, orders::Renewal},
+    store::{self, Db},
 };
 
 /// Messages of the provisioning actor.
@@ -147,8 +149,11 @@ pub(crate) struct ProvisioningArgs {
     /// Passes over a unit that could not be written into a supplier order
     /// before it is refunded as `internal_error`.
     pub max_attempts: i32,
-    /// How long a claim on an order lasts; a pass renews it every third of this.
+    /// How long a claim on an order lasts; the node renews its claims every
+    /// third of this.
     pub lease: Duration,
+    /// The claims this node's passes hold, renewed together.
+    pub claims: HeldClaims,
     /// A node quiet for this long is taken for dead: its claims are free.
     pub liveness: Duration,
     /// This node's id, written into the claims it holds.
@@ -297,39 +302,24 @@ async fn provision_order(
     keep_claimed(
         args,
         order_id,
-        lease,
         provision_claimed(args, order_id, fresh, permit),
     )
     .await
 }
 
-/// Runs `pass` while renewing this node's claim every third of the lease.
-/// If the claim was lost (this node stalled past the lease and another took
-/// the order over) the pass is abandoned: the other node carries on.
+/// Runs `pass` while this node's claim on the order is renewed with the
+/// node's other claims ([`HeldClaims`]). If the claim was lost (this node
+/// stalled past the lease and another took the order over) the pass is
+/// abandoned: the other node carries on.
 async fn keep_claimed(
     args: &ProvisioningArgs,
     order_id: &str,
-    lease: chrono::Duration,
     pass: impl Future<Output = anyhow::Result<()>>,
 ) -> anyhow::Result<()> {
-    let period = (args.lease / 3).max(Duration::from_millis(10));
-    let mut renewals = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    tokio::pin!(pass);
-    loop {
-        tokio::select! {
-            result = &mut pass => return result,
-            _ = renewals.tick() => {
-                let until = time::now() + lease;
-                match store::orders::renew(&args.db, order_id, &args.node_id, until).await? {
-                    // Settled by this very pass, which is returning: let it.
-                    Renewal::Renewed | Renewal::Final => {}
-                    Renewal::Lost => {
-                        tracing::warn!(order_id, node_id = %args.node_id, "claim lost to another node; abandoning this pass");
-                        return Ok(());
-                    }
-                }
-            }
-        }
+    let held = args.claims.hold(order_id);
+    tokio::select! {
+        result = pass => result,
+        () = held.lost() => Ok(()),
     }
 }
 
@@ -547,12 +537,4 @@ async fn store_profile(
             UnitOutcome::Later
         }
     }
-}
-
-/// The in-flight set and the handle's slot survive a panic elsewhere: their
-/// critical sections never panic half-way, so the data stays consistent.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

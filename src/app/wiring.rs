@@ -21,6 +21,7 @@ use super::{
 use crate::{
     actors::{
         accounts::Accounts,
+        claims::HeldClaims,
         deliveries::DeliveryWriter,
         provisioning::{ProvisioningArgs, ProvisioningHandle},
         reconciler::ReconcilerArgs,
@@ -230,6 +231,9 @@ impl Actors {
         let provisioning_tasks = tokio_util::task::TaskTracker::new();
         let services = match provisioning {
             Some(handle) => {
+                let lease = Duration::from_secs(settings.provisioning.lease_seconds);
+                let claims = HeldClaims::default();
+                claims.renew_every_third_of(lease, db.clone(), node_id.clone());
                 let provisioning = ProvisioningArgs {
                     writer: DeliveryWriter::start(db.clone()),
                     db: db.clone(),
@@ -237,7 +241,8 @@ impl Actors {
                     supplier_orders: supplier_orders.clone(),
                     concurrency: settings.provisioning.concurrency,
                     max_attempts: settings.supplier.max_attempts,
-                    lease: Duration::from_secs(settings.provisioning.lease_seconds),
+                    lease,
+                    claims,
                     liveness: settings.node.liveness_timeout(),
                     node_id: node_id.clone(),
                     in_flight: Arc::default(),

@@ -132,6 +132,11 @@ fn node(s: &Settings) -> anyhow::Result<()> {
             "invalid configuration: `node.id` must be at most 40 letters, digits, `-`, `_` or `.`"
         );
     }
+    if s.provisioning.lease_seconds < 3 {
+        // Renewed every third of it: under a second, claims would lapse
+        // between renewals and two nodes could work on one order.
+        bail!("invalid configuration: `provisioning.lease_seconds` must be at least 3");
+    }
     if s.reconciler.interval_seconds == 0 {
         bail!("invalid configuration: `reconciler.interval_seconds` must be above 0");
     }

@@ -1521,6 +1521,87 @@ async fn a_provisioning_claim_is_held_renewed_and_released_only_by_its_node() {
     );
 }
 
+#[tokio::test]
+async fn a_node_renews_all_its_claims_together_and_leaves_another_nodes_alone() {
+    // A lease of 3 s: the node renews its claims every second.
+    let app = order_app_with(&[
+        ("provisioning.lease_seconds", "3"),
+        ("sandbox.slow_provisioning_ms", "600000"),
+    ])
+    .await;
+    let (partner_id, _) = live_partner(&app).await;
+    let sandbox = sandbox_key(&app, &partner_id).await;
+    set_sandbox_float(&app, &partner_id, 1_000_000).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let body = json!({ "plan_id": "pl_sandbox_slow", "quantity": 1 });
+        let placed = place(&app, &sandbox, &new_key(), &body).await;
+        assert_eq!(placed.status, StatusCode::ACCEPTED, "{}", placed.body);
+        ids.push(placed.order_id());
+    }
+    let orders = |ids: Vec<String>| {
+        let db = app.db.clone();
+        async move {
+            let mut found = Vec::new();
+            for id in ids {
+                found.push(
+                    order::Entity::find_by_id(id)
+                        .one(&db)
+                        .await
+                        .unwrap()
+                        .unwrap(),
+                );
+            }
+            found
+        }
+    };
+    eventually("every unit in a supplier order", SETTLE, || async {
+        let units = order_unit::Entity::find()
+            .filter(order_unit::Column::OrderId.is_in(ids.clone()))
+            .all(&app.db)
+            .await
+            .unwrap();
+        (units.len() == 3 && units.iter().all(|u| u.supplier_txn_id.is_some())).then_some(())
+    })
+    .await;
+    let before = orders(ids.clone()).await;
+    let node = before[0].claimed_by.clone().expect("claimed at acceptance");
+    // Another node (alive) holds the third order now: this one stalled, say.
+    let now = chrono::Utc::now();
+    esim_reseller::store::nodes::beat(&app.db, "nd_other", now, now)
+        .await
+        .unwrap();
+    // Whole seconds: PostgreSQL keeps microseconds, not nanoseconds.
+    let theirs = chrono::SubsecRound::trunc_subsecs(now + chrono::Duration::hours(1), 0);
+    let mut taken: order::ActiveModel = before[2].clone().into();
+    taken.claimed_by = Set(Some("nd_other".into()));
+    taken.claimed_until = Set(Some(theirs));
+    taken.update(&app.db).await.unwrap();
+
+    // One renewal statement for both: they end with the very same lease.
+    let renewed = eventually("both claims renewed by one statement", SETTLE, || async {
+        let now = orders(ids[..2].to_vec()).await;
+        let moved = now
+            .iter()
+            .zip(&before)
+            .all(|(now, was)| now.claimed_until > was.claimed_until);
+        (moved && now[0].claimed_until == now[1].claimed_until).then_some(now)
+    })
+    .await;
+    let other = orders(vec![ids[2].clone()]).await.remove(0);
+
+    for order in &renewed {
+        assert_eq!(order.claimed_by.as_deref(), Some(node.as_str()));
+        assert_eq!(order.status, entities::states::OrderStatus::Processing);
+    }
+    assert_eq!(
+        other.claimed_by.as_deref(),
+        Some("nd_other"),
+        "not taken back"
+    );
+    assert_eq!(other.claimed_until, Some(theirs), "their lease untouched");
+}
+
 // -------------------------------------------------------------- scoping
 
 #[tokio::test]

@@ -38,28 +38,62 @@ pub async fn renew<C: ConnectionTrait>(
     node: &str,
     until: DateTime<Utc>,
 ) -> Result<Renewal, DbErr> {
-    let result = order::Entity::update_many()
+    let ids = [order_id.to_owned()];
+    let mut renewals = renew_many(db, &ids, node, until).await?;
+    Ok(renewals.remove(order_id).unwrap_or(Renewal::Lost))
+}
+
+/// Extends `node`'s claims on the orders of `order_ids` to `until` in one
+/// statement whatever their number (and one read of the orders it did not
+/// move, when there are any), and says for each order what it found: a node renews
+/// every claim it works on together instead of one statement per order.
+pub async fn renew_many<C: ConnectionTrait>(
+    db: &C,
+    order_ids: &[String],
+    node: &str,
+    until: DateTime<Utc>,
+) -> Result<HashMap<String, Renewal>, DbErr> {
+    if order_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let ids = || order_ids.iter().map(String::as_str);
+    let mut renewals: HashMap<String, Renewal> =
+        ids().map(|id| (id.to_owned(), Renewal::Renewed)).collect();
+    let moved = order::Entity::update_many()
         .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
-        .filter(order::Column::Id.eq(order_id))
+        .filter(bulk::column_in(db, order::Column::Id, ids()))
         .filter(order::Column::Status.eq(OrderStatus::Processing))
         .filter(order::Column::ClaimedBy.eq(node))
         .exec(db)
         .await?;
-    if result.rows_affected == 1 {
-        return Ok(Renewal::Renewed);
+    if moved.rows_affected as usize == renewals.len() {
+        return Ok(renewals);
     }
-    // Not renewed: either the order is final already (the pass settled it
-    // a moment ago) or another node holds it.
-    let status: Option<OrderStatus> = order::Entity::find_by_id(order_id.to_owned())
+    // Not renewed: final already (a pass settled it a moment ago), or
+    // another node holds it (or nobody: released, or never there).
+    let unmoved: Vec<(String, OrderStatus)> = order::Entity::find()
         .select_only()
+        .column(order::Column::Id)
         .column(order::Column::Status)
+        .filter(bulk::column_in(db, order::Column::Id, ids()))
+        .filter(
+            Condition::any()
+                .add(order::Column::Status.ne(OrderStatus::Processing))
+                .add(order::Column::ClaimedBy.is_null())
+                .add(order::Column::ClaimedBy.ne(node)),
+        )
         .into_tuple()
-        .one(db)
+        .all(db)
         .await?;
-    Ok(match status {
-        Some(status) if status != OrderStatus::Processing => Renewal::Final,
-        _ => Renewal::Lost,
-    })
+    for (id, status) in unmoved {
+        let found = if status == OrderStatus::Processing {
+            Renewal::Lost
+        } else {
+            Renewal::Final
+        };
+        renewals.insert(id, found);
+    }
+    Ok(renewals)
 }
 
 /// What renewing a claim found.
