@@ -228,25 +228,26 @@ async fn behind_the_gate_no_call_goes_over_the_rate_limit() {
     }
 }
 
-#[tokio::test]
-async fn the_order_status_webhook_wakes_provisioning_long_before_a_poll() {
-    // Polls only once a minute: an order settles within the test's wait only
-    // if the simulator's ORDER_STATUS webhook wakes its supplier order.
-    let app = spawn_app_with(&[
-        ("simulators.supplier_latency_ms", "300"),
+/// An app whose supplier orders are asked about once a minute: an order
+/// settles within a test's wait only if the ORDER_STATUS webhook wakes it.
+async fn app_polling_once_a_minute(latency_ms: &str) -> TestApp {
+    spawn_app_with(&[
+        ("simulators.supplier_latency_ms", latency_ms),
         ("supplier.poll_interval_ms", "60000"),
         ("supplier.max_poll_interval_ms", "60000"),
         ("rate_limit.bands.bronze.read.limit", "100000"),
         ("rate_limit.bands.bronze.write.limit", "100000"),
     ])
-    .await;
-    let (partner_id, secret) = live_partner(&app).await;
-    fund(&app, &partner_id, 10_000).await;
+    .await
+}
+
+/// Places an order of two units and waits (20 s at most) until it settled.
+async fn place_and_settle(app: &TestApp, secret: &str, key: &str) -> Value {
     let (status, order) = read(
         app.client
             .post(format!("{}/partner/v1/orders", app.public))
-            .bearer_auth(&secret)
-            .header("Idempotency-Key", "webhook-wakes-the-order-1")
+            .bearer_auth(secret)
+            .header("Idempotency-Key", key)
             .json(&json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 2 }))
             .send()
             .await
@@ -255,8 +256,8 @@ async fn the_order_status_webhook_wakes_provisioning_long_before_a_poll() {
     .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{order}");
     let id = order["id"].as_str().unwrap().to_owned();
-    let settled = eventually("the order completes", Duration::from_secs(20), || {
-        let (app, secret, id) = (&app, &secret, &id);
+    eventually("the order settles", Duration::from_secs(20), || {
+        let id = &id;
         async move {
             let (status, order) = read(
                 app.client
@@ -270,22 +271,56 @@ async fn the_order_status_webhook_wakes_provisioning_long_before_a_poll() {
             (status == StatusCode::OK && order["status"] != "processing").then_some(order)
         }
     })
-    .await;
-    assert_eq!(settled["status"], "completed", "{settled}");
+    .await
+}
+
+async fn supplier_stats(app: &TestApp) -> Value {
     let simulators = app.simulators.clone().unwrap();
-    let stats: Value = app
-        .client
+    app.client
         .get(format!("{simulators}/sim/supplier/stats"))
         .send()
         .await
         .unwrap()
         .json()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_order_status_webhook_wakes_provisioning_long_before_a_poll() {
+    let app = app_polling_once_a_minute("300").await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 10_000).await;
+
+    let settled = place_and_settle(&app, &secret, "webhook-wakes-the-order-1").await;
+
+    assert_eq!(settled["status"], "completed", "{settled}");
+    let stats = supplier_stats(&app).await;
     assert_eq!(stats["webhooks"], 1, "{stats}");
     assert_eq!(
         stats["queries"], 1,
         "one question, after the webhook: {stats}"
+    );
+}
+
+#[tokio::test]
+async fn a_webhook_that_comes_before_its_driver_waits_still_wakes_it() {
+    // Allocation at once: the webhook races the placement's answer, and
+    // often arrives before the supplier order's driver waits for it.
+    let app = app_polling_once_a_minute("0").await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 100_000).await;
+
+    for n in 0..4 {
+        let settled = place_and_settle(&app, &secret, &format!("early-webhook-order-{n}")).await;
+        assert_eq!(settled["status"], "completed", "order {n}: {settled}");
+    }
+
+    let stats = supplier_stats(&app).await;
+    assert_eq!(stats["webhooks"], 4, "{stats}");
+    assert_eq!(
+        stats["queries"], 4,
+        "one question per order, after its webhook: {stats}"
     );
 }
 

@@ -142,8 +142,7 @@ async fn wait_for(
     deadline: chrono::DateTime<Utc>,
 ) -> Outcome {
     let args = &inner.args;
-    let notify = Arc::new(Notify::new());
-    lock(&inner.wakers).insert(order_no.to_owned(), notify.clone());
+    let notify = lock(&inner.wakers).wait(order_no);
     let webhooks_flowing =
         lock(&inner.last_webhook).is_some_and(|at| at.elapsed() < WEBHOOKS_FLOWING);
     let first_wait = match (row.mode == Mode::Live, webhooks_flowing) {
@@ -163,7 +162,7 @@ async fn wait_for(
         },
     )
     .await;
-    lock(&inner.wakers).remove(order_no);
+    lock(&inner.wakers).done(order_no);
     outcome
 }
 

@@ -28,6 +28,7 @@
 //! id get the profiles sorted by ICCID, one each, so any node dealing the
 //! same supplier order deals it the same way.
 
+use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -127,9 +128,10 @@ struct Inner {
     placer: mpsc::Sender<PlaceRequest>,
     /// Drivers running or recently finished, by transaction id.
     drivers: Mutex<HashMap<String, Driver>>,
-    /// Wake-ups of drivers waiting for profiles, by supplier order number.
-    wakers: Mutex<HashMap<String, Arc<Notify>>>,
-    /// When the supplier's webhook last woke a driver here.
+    /// Wake-ups of drivers waiting for profiles, by supplier order number,
+    /// and webhooks that came before their driver waited.
+    wakers: Mutex<Wakers>,
+    /// When the supplier's webhook last reached this node.
     last_webhook: Mutex<Option<std::time::Instant>>,
     /// When finished drivers were last forgotten.
     last_pruned: Mutex<std::time::Instant>,
@@ -241,21 +243,72 @@ impl SupplierOrders {
     }
 
     /// The supplier said the profiles of `order_no` are ready: wake its
-    /// driver if it runs here. Returns whether one was woken.
+    /// driver if it runs here. Returns whether one was woken. A webhook that
+    /// comes before its driver waits (the supplier allocated while the
+    /// placement's answer was still on its way) is kept for a while, and the
+    /// driver finds it when it starts waiting instead of sleeping until its
+    /// first question.
     pub fn wake(&self, order_no: &str) -> bool {
-        match lock(&self.inner.wakers).get(order_no) {
-            Some(notify) => {
-                notify.notify_one();
-                *lock(&self.inner.last_webhook) = Some(std::time::Instant::now());
-                true
-            }
-            None => false,
-        }
+        let woken = lock(&self.inner.wakers).wake(order_no);
+        // Early or not, webhooks reach this node: its drivers may wait for them.
+        *lock(&self.inner.last_webhook) = Some(std::time::Instant::now());
+        woken
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
+/// Drivers waiting for profiles, and webhooks that came first.
+#[derive(Default)]
+pub(super) struct Wakers {
+    /// The wake-up of each waiting driver, by supplier order number.
+    waiting: HashMap<String, Arc<Notify>>,
+    /// Webhooks for orders no driver waited on yet, with when they came.
+    early: HashMap<String, std::time::Instant>,
+}
+
+/// How long a webhook that came before its driver waited is kept: longer
+/// than a placement's answer takes, short enough that webhooks for other
+/// nodes' orders do not pile up.
+const EARLY_WAKE_KEPT: Duration = Duration::from_secs(60);
+
+/// Early webhooks kept at most (the oldest are dropped past it).
+const EARLY_WAKES_MAX: usize = 10_000;
+
+impl Wakers {
+    /// Wakes the driver of `order_no`, or keeps the webhook for it.
+    fn wake(&mut self, order_no: &str) -> bool {
+        if let Some(notify) = self.waiting.get(order_no) {
+            notify.notify_one();
+            return true;
+        }
+        if self.early.len() >= EARLY_WAKES_MAX {
+            self.early.retain(|_, at| at.elapsed() < EARLY_WAKE_KEPT);
+        }
+        if self.early.len() < EARLY_WAKES_MAX {
+            self.early
+                .insert(order_no.to_owned(), std::time::Instant::now());
+        }
+        false
+    }
+
+    /// Registers a driver waiting for `order_no`; its wake-up is already
+    /// given when the webhook came first.
+    pub(super) fn wait(&mut self, order_no: &str) -> Arc<Notify> {
+        let notify = Arc::new(Notify::new());
+        if self
+            .early
+            .remove(order_no)
+            .is_some_and(|at| at.elapsed() < EARLY_WAKE_KEPT)
+        {
+            notify.notify_one();
+        }
+        self.waiting.insert(order_no.to_owned(), notify.clone());
+        notify
+    }
+
+    /// The driver of `order_no` stopped waiting.
+    pub(super) fn done(&mut self, order_no: &str) {
+        self.waiting.remove(order_no);
+    }
 }
 
 // ------------------------------------------------------------------ placer
@@ -455,5 +508,57 @@ async fn open(
         }
         Ok(false) => Err("a unit is already carried by another supplier order".into()),
         Err(err) => Err(format!("writing the supplier order down: {err}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Resolves at once when the wake-up was already given.
+    async fn given(notify: &Notify) -> bool {
+        tokio::time::timeout(Duration::from_millis(50), notify.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_webhook_before_its_driver_waits_is_kept_for_it() {
+        let mut wakers = Wakers::default();
+        assert!(!wakers.wake("B1"), "nobody waited yet");
+
+        let notify = wakers.wait("B1");
+
+        assert!(
+            given(&notify).await,
+            "the early webhook wakes the driver at once"
+        );
+        assert!(wakers.early.is_empty(), "taken, not kept twice");
+    }
+
+    #[tokio::test]
+    async fn a_driver_waiting_first_is_woken_and_others_are_not() {
+        let mut wakers = Wakers::default();
+        let first = wakers.wait("B1");
+        let second = wakers.wait("B2");
+
+        assert!(wakers.wake("B1"));
+
+        assert!(given(&first).await);
+        assert!(
+            !given(&second).await,
+            "another order's webhook wakes nobody else"
+        );
+        wakers.done("B1");
+        assert!(!wakers.wake("B1"), "a finished driver is not woken");
+    }
+
+    #[test]
+    fn early_webhooks_are_bounded() {
+        let mut wakers = Wakers::default();
+        for n in 0..EARLY_WAKES_MAX + 10 {
+            wakers.wake(&format!("B{n}"));
+        }
+        assert_eq!(wakers.early.len(), EARLY_WAKES_MAX);
     }
 }
