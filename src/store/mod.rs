@@ -10,7 +10,10 @@
 //! than SQLite's 1,000: a checkpoint runs inside the commit that crosses the
 //! mark, and index pages rewritten by many commits are copied once per
 //! checkpoint. Statement journals (a multi-row statement's undo) stay in
-//! memory (`temp_store`). Every transaction that reads and then writes starts
+//! memory (`temp_store`). The bundled SQLite is built with the query planner
+//! stability guarantee (`SQLITE_ENABLE_QPSG`, set in `.cargo/config.toml`):
+//! without it a statement whose `LIMIT` is a bound value (every `.one()`) is
+//! parsed again each time its values are bound. Every transaction that reads and then writes starts
 //! `IMMEDIATE` ([`begin_write`]) so two writers never deadlock on a lock
 //! upgrade and SQLite never answers `SQLITE_BUSY` mid-transaction.
 
@@ -630,6 +633,17 @@ mod tests {
         assert_eq!(pragma("synchronous").await, "2", "FULL");
         assert_eq!(pragma("mmap_size").await, "0");
         assert_eq!(pragma("temp_store").await, "2", "MEMORY");
+        // Built with the planner stability guarantee (.cargo/config.toml):
+        // a statement with a bound LIMIT is not parsed again at every use.
+        let qpsg = db
+            .query_one_raw(sea_orm::Statement::from_string(
+                DbBackend::Sqlite,
+                "SELECT sqlite_compileoption_used('ENABLE_QPSG')",
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(qpsg.try_get_by_index::<i64>(0).unwrap(), 1);
         assert_eq!(
             pragma("wal_autocheckpoint").await,
             SQLITE_CHECKPOINT_PAGES.to_string()
