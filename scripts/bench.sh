@@ -73,8 +73,9 @@ rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 load() { "$bin" loadtest --public-url http://127.0.0.1:18580 --operator-url http://127.0.0.1:18581 --json "$@"; }
 
 databases=()
-if [ "${DATABASES:-sqlite postgres}" != "${DATABASES/sqlite/}" ]; then databases+=("sqlite://$work/bench-DB.db?mode=rwc"); fi
-if [ "${DATABASES:-sqlite postgres}" != "${DATABASES/postgres/}" ] && pg_isready -h 127.0.0.1 -q 2>/dev/null; then
+wanted="${DATABASES:-sqlite postgres}"
+if [[ "$wanted" == *sqlite* ]]; then databases+=("sqlite://$work/bench-DB.db?mode=rwc"); fi
+if [[ "$wanted" == *postgres* ]] && pg_isready -h 127.0.0.1 -q 2>/dev/null; then
   databases+=("$PG_URL/esim_bench_DB")
 fi
 
