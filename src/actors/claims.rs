@@ -82,18 +82,22 @@ async fn renew_once(
     let Some(claims) = claims.upgrade() else {
         return false;
     };
-    let ids: Vec<String> = lock(&claims).keys().cloned().collect();
-    if ids.is_empty() {
+    // The holds as they are now: a hold registered after this snapshot is
+    // left to the next renewal, and a verdict stops only the hold it was
+    // about (a later pass on the same order has a token of its own).
+    let holds: HashMap<String, CancellationToken> = lock(&claims).clone();
+    drop(claims);
+    if holds.is_empty() {
         return true;
     }
+    let ids: Vec<String> = holds.keys().cloned().collect();
     let until = time::now() + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::MAX);
     match store::orders::renew_many(db, &ids, node_id, until).await {
         Ok(found) => {
-            let held = lock(&claims);
             for (order_id, renewal) in found {
                 // Final: settled by its pass a moment ago, which is returning.
                 if renewal == Renewal::Lost
-                    && let Some(lost) = held.get(&order_id)
+                    && let Some(lost) = holds.get(&order_id)
                 {
                     tracing::warn!(
                         order_id,
