@@ -572,7 +572,7 @@ mod tests {
         assert!(err.to_string().contains("database.url"), "{err}");
         let err = load(&[("operator.token", "short")]).unwrap_err();
         assert!(err.to_string().contains("operator.token"), "{err}");
-        let err = load(&[("provisioning.lease_seconds", "2")]).unwrap_err();
+        let err = load(&[("provisioning.lease_seconds", "0")]).unwrap_err();
         assert!(err.to_string().contains("lease_seconds"), "{err}");
     }
 

@@ -132,10 +132,10 @@ fn node(s: &Settings) -> anyhow::Result<()> {
             "invalid configuration: `node.id` must be at most 40 letters, digits, `-`, `_` or `.`"
         );
     }
-    if s.provisioning.lease_seconds < 3 {
-        // Renewed every third of it: under a second, claims would lapse
-        // between renewals and two nodes could work on one order.
-        bail!("invalid configuration: `provisioning.lease_seconds` must be at least 3");
+    if s.provisioning.lease_seconds == 0 {
+        // A claim of no length lapses as it is made: two nodes could work
+        // on one order at once.
+        bail!("invalid configuration: `provisioning.lease_seconds` must be above 0");
     }
     if s.reconciler.interval_seconds == 0 {
         bail!("invalid configuration: `reconciler.interval_seconds` must be above 0");
