@@ -1600,6 +1600,22 @@ async fn a_node_renews_all_its_claims_together_and_leaves_another_nodes_alone() 
         "not taken back"
     );
     assert_eq!(other.claimed_until, Some(theirs), "their lease untouched");
+
+    // That node's lease lapses (it died): this node's reconciler takes the
+    // order back, which it can only do once the pass that found its claim
+    // lost let go of the order.
+    let mut lapsed: order::ActiveModel = other.clone().into();
+    lapsed.claimed_until = Set(Some(now - chrono::Duration::minutes(1)));
+    lapsed.update(&app.db).await.unwrap();
+    let back = eventually("the order taken back by this node", SETTLE, || async {
+        let order = orders(vec![ids[2].clone()]).await.remove(0);
+        (order.claimed_by.as_deref() == Some(node.as_str())).then_some(order)
+    })
+    .await;
+    assert!(
+        back.attempts > other.attempts,
+        "a new pass claimed it: {back:?}"
+    );
 }
 
 // -------------------------------------------------------------- scoping
