@@ -1521,6 +1521,32 @@ async fn a_provisioning_claim_is_held_renewed_and_released_only_by_its_node() {
     );
 }
 
+/// Places `count` orders of the slow sandbox plan (its supplier order takes
+/// `sandbox.slow_provisioning_ms`) for a new partner and waits until every
+/// unit is in a supplier order; returns the sandbox key and the order ids.
+async fn slow_sandbox_orders(app: &TestApp, count: usize) -> (String, Vec<String>) {
+    let (partner_id, _) = live_partner(app).await;
+    let sandbox = sandbox_key(app, &partner_id).await;
+    set_sandbox_float(app, &partner_id, 1_000_000).await;
+    let mut ids = Vec::new();
+    for _ in 0..count {
+        let body = json!({ "plan_id": "pl_sandbox_slow", "quantity": 1 });
+        let placed = place(app, &sandbox, &new_key(), &body).await;
+        assert_eq!(placed.status, StatusCode::ACCEPTED, "{}", placed.body);
+        ids.push(placed.order_id());
+    }
+    eventually("every unit in a supplier order", SETTLE, || async {
+        let units = order_unit::Entity::find()
+            .filter(order_unit::Column::OrderId.is_in(ids.clone()))
+            .all(&app.db)
+            .await
+            .unwrap();
+        (units.len() == count && units.iter().all(|u| u.supplier_txn_id.is_some())).then_some(())
+    })
+    .await;
+    (sandbox, ids)
+}
+
 #[tokio::test]
 async fn a_node_renews_all_its_claims_together_and_leaves_another_nodes_alone() {
     // A lease of 3 s: the node renews its claims every second.
@@ -1529,16 +1555,7 @@ async fn a_node_renews_all_its_claims_together_and_leaves_another_nodes_alone() 
         ("sandbox.slow_provisioning_ms", "600000"),
     ])
     .await;
-    let (partner_id, _) = live_partner(&app).await;
-    let sandbox = sandbox_key(&app, &partner_id).await;
-    set_sandbox_float(&app, &partner_id, 1_000_000).await;
-    let mut ids = Vec::new();
-    for _ in 0..3 {
-        let body = json!({ "plan_id": "pl_sandbox_slow", "quantity": 1 });
-        let placed = place(&app, &sandbox, &new_key(), &body).await;
-        assert_eq!(placed.status, StatusCode::ACCEPTED, "{}", placed.body);
-        ids.push(placed.order_id());
-    }
+    let (_, ids) = slow_sandbox_orders(&app, 3).await;
     let orders = |ids: Vec<String>| {
         let db = app.db.clone();
         async move {
@@ -1555,15 +1572,6 @@ async fn a_node_renews_all_its_claims_together_and_leaves_another_nodes_alone() 
             found
         }
     };
-    eventually("every unit in a supplier order", SETTLE, || async {
-        let units = order_unit::Entity::find()
-            .filter(order_unit::Column::OrderId.is_in(ids.clone()))
-            .all(&app.db)
-            .await
-            .unwrap();
-        (units.len() == 3 && units.iter().all(|u| u.supplier_txn_id.is_some())).then_some(())
-    })
-    .await;
     let before = orders(ids.clone()).await;
     let node = before[0].claimed_by.clone().expect("claimed at acceptance");
     // Another node (alive) holds the third order now: this one stalled, say.
@@ -1973,34 +1981,8 @@ async fn an_order_waiting_for_its_profiles_holds_no_provisioning_slot() {
         ("sandbox.slow_provisioning_ms", "600000"),
     ])
     .await;
-    let (partner_id, _) = live_partner(&app).await;
-    let sandbox = sandbox_key(&app, &partner_id).await;
-    set_sandbox_float(&app, &partner_id, 1_000_000).await;
-    let slow = place(
-        &app,
-        &sandbox,
-        &new_key(),
-        &json!({ "plan_id": "pl_sandbox_slow", "quantity": 1 }),
-    )
-    .await;
-    assert_eq!(slow.status, StatusCode::ACCEPTED, "{}", slow.body);
-    let slow_id = slow.order_id();
-    eventually(
-        "the slow order's unit in a supplier order",
-        SETTLE,
-        || async {
-            let units = order_unit::Entity::find()
-                .filter(order_unit::Column::OrderId.eq(slow_id.as_str()))
-                .all(&app.db)
-                .await
-                .unwrap();
-            units
-                .iter()
-                .all(|u| u.supplier_txn_id.is_some())
-                .then_some(())
-        },
-    )
-    .await;
+    let (sandbox, slow) = slow_sandbox_orders(&app, 1).await;
+    let slow_id = &slow[0];
 
     let quick = place(&app, &sandbox, &new_key(), &order_body(1)).await;
     assert_eq!(quick.status, StatusCode::ACCEPTED, "{}", quick.body);
