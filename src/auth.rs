@@ -116,9 +116,7 @@ impl KeyDirectory {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Arc<KeyRecord>)>> {
         // Nothing panics while the lock is held; recover the map if it ever was.
-        self.cache
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.cache)
     }
 }
 

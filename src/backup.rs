@@ -149,11 +149,11 @@ pub struct LastBackup(Arc<Mutex<Option<DateTime<Utc>>>>);
 impl LastBackup {
     /// When the last good copy was taken.
     pub fn at(&self) -> Option<DateTime<Utc>> {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+        *crate::sync::lock(&self.0)
     }
 
     fn set(&self, at: DateTime<Utc>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);
+        *crate::sync::lock(&self.0) = Some(at);
     }
 }
 

@@ -471,8 +471,7 @@ impl Admission {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // Nothing panics while the lock is held; recover the state if it ever was.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.state)
     }
 }
 

@@ -32,9 +32,7 @@ static RECENT: Mutex<VecDeque<SupervisionEvent>> = Mutex::new(VecDeque::new());
 /// The ring; a panic while it was held cannot leave it half-written (each
 /// change is one push or pop), so a poisoned lock is taken over.
 fn ring() -> MutexGuard<'static, VecDeque<SupervisionEvent>> {
-    RECENT
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    crate::sync::lock(&RECENT)
 }
 
 /// Keeps `event`, dropping the oldest past the capacity.

@@ -17,7 +17,6 @@
 //! the supplier's capacity. Anything lost in a crash is re-driven by the
 //! reconciler.
 
-use crate::sync::lock;
 use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
@@ -45,6 +44,7 @@ use crate::{
         time,
     },
     store::{self, Db},
+    sync::lock,
 };
 
 /// Messages of the provisioning actor.

@@ -338,7 +338,7 @@ impl Catalogue {
     /// Destinations for a rate, cached for `destinations_ttl` and shared by
     /// every partner on the same rate.
     pub fn destinations_for(&self, rate: &Rate) -> Arc<Vec<DestinationView>> {
-        let mut cache = self.destinations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = crate::sync::lock(&self.destinations);
         if let Some((at, views)) = cache.get(rate)
             && at.elapsed() < self.destinations_ttl
         {

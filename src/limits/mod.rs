@@ -184,9 +184,7 @@ impl MemoryCounters {
         // The lock is never held across an await, and nothing under it
         // panics, so a poisoned lock can only come from an allocation
         // failure: carry on.
-        self.windows
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.windows)
     }
 }
 

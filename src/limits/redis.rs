@@ -301,16 +301,12 @@ impl RedisCounters {
 
     fn lock_health(&self) -> std::sync::MutexGuard<'_, Health> {
         // Never held across an await and nothing under it panics.
-        self.health
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.health)
     }
 
     fn lock_connection(&self) -> std::sync::MutexGuard<'_, ConnectionManager> {
         // Never held across an await and nothing under it panics.
-        self.connection
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.connection)
     }
 }
 

@@ -182,7 +182,7 @@ pub(super) fn record(
     key: &str,
     answer: Result<(Answer, Duration), reqwest::Error>,
 ) {
-    let mut seen = observed.lock().unwrap_or_else(|p| p.into_inner());
+    let mut seen = crate::sync::lock(observed);
     match answer {
         Ok((answer, took)) => {
             let _ = seen.latency_us.record(took.as_micros().max(1) as u64);
@@ -398,10 +398,7 @@ pub(super) async fn watch_balances(
             if let Ok(Some(balance)) = balance(&http, &args, partner).await
                 && balance < 0
             {
-                observed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .negative_balance_seen = true;
+                crate::sync::lock(&observed).negative_balance_seen = true;
             }
         }
     }

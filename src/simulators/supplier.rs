@@ -8,7 +8,6 @@
 //! Faults (latency, 5xx, garbage, refusals, late answers) are injected with
 //! `POST /sim/supplier/faults`; `GET /sim/supplier/stats` counts what it saw.
 
-use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{
@@ -34,6 +33,7 @@ use crate::supplier::{
     esim_access::{ALLOCATING, BUSY, sign},
     sandbox::profiles_for,
 };
+use crate::sync::lock;
 
 /// SM-DP+ address of simulated profiles.
 pub(crate) const SIM_SMDP: &str = "smdp.sim-supplier.esim-reseller.invalid";

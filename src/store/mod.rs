@@ -13,9 +13,10 @@
 //! memory (`temp_store`). The bundled SQLite is built with the query planner
 //! stability guarantee (`SQLITE_ENABLE_QPSG`, set in `.cargo/config.toml`):
 //! without it a statement whose `LIMIT` is a bound value (every `.one()`) is
-//! parsed again each time its values are bound. Every transaction that reads and then writes starts
-//! `IMMEDIATE` ([`begin_write`]) so two writers never deadlock on a lock
-//! upgrade and SQLite never answers `SQLITE_BUSY` mid-transaction.
+//! parsed again each time its values are bound. Every transaction that reads
+//! and then writes starts `IMMEDIATE` ([`begin_write`]) so two writers never
+//! deadlock on a lock upgrade and SQLite never answers `SQLITE_BUSY`
+//! mid-transaction.
 
 /// WAL pages between automatic checkpoints (about 40 MiB of 4 KiB pages).
 pub const SQLITE_CHECKPOINT_PAGES: u32 = 10_000;
@@ -575,16 +576,23 @@ pub fn redact_url(url: &str) -> String {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn sqlite_writers_of_one_file_take_turns_on_the_gate() {
+    /// A fresh SQLite file opened as the service opens it; the folder goes
+    /// with the first value.
+    async fn sqlite_file_db(name: &str, connections: u32) -> (tempfile::TempDir, Db) {
         let dir = tempfile::tempdir().unwrap();
         let settings = DatabaseSettings {
-            url: format!("sqlite://{}/gate.db", dir.path().display()),
-            max_connections: 4,
+            url: format!("sqlite://{}/{name}", dir.path().display()),
+            max_connections: connections,
             busy_timeout_ms: 5_000,
             probe_timeout_ms: 1_000,
         };
         let db = connect(&settings).await.unwrap();
+        (dir, db)
+    }
+
+    #[tokio::test]
+    async fn sqlite_writers_of_one_file_take_turns_on_the_gate() {
+        let (_dir, db) = sqlite_file_db("gate.db", 4).await;
         let (gate, _) = write_gate(&db).expect("a SQLite file has a gate");
         let first = begin_write(&db).await.unwrap();
         assert!(gate.try_lock().is_err(), "the first writer holds the turn");
@@ -604,22 +612,13 @@ mod tests {
 
     #[tokio::test]
     async fn sqlite_connections_run_in_wal_mode_with_full_sync_and_no_memory_map() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = DatabaseSettings {
-            url: format!("sqlite://{}/pragmas.db", dir.path().display()),
-            max_connections: 2,
-            busy_timeout_ms: 5_000,
-            probe_timeout_ms: 1_000,
-        };
-        let db = connect(&settings).await.unwrap();
-        let pragma = |name: &'static str| {
+        let (_dir, db) = sqlite_file_db("pragmas.db", 2).await;
+        // The one value a query answers, as text.
+        let scalar = |sql: String| {
             let db = db.clone();
             async move {
                 let row = db
-                    .query_one_raw(sea_orm::Statement::from_string(
-                        DbBackend::Sqlite,
-                        format!("PRAGMA {name}"),
-                    ))
+                    .query_one_raw(sea_orm::Statement::from_string(DbBackend::Sqlite, sql))
                     .await
                     .unwrap()
                     .unwrap();
@@ -629,21 +628,15 @@ mod tests {
                     .unwrap()
             }
         };
+        let pragma = |name: &str| scalar(format!("PRAGMA {name}"));
         assert_eq!(pragma("journal_mode").await, "wal");
         assert_eq!(pragma("synchronous").await, "2", "FULL");
         assert_eq!(pragma("mmap_size").await, "0");
         assert_eq!(pragma("temp_store").await, "2", "MEMORY");
         // Built with the planner stability guarantee (.cargo/config.toml):
         // a statement with a bound LIMIT is not parsed again at every use.
-        let qpsg = db
-            .query_one_raw(sea_orm::Statement::from_string(
-                DbBackend::Sqlite,
-                "SELECT sqlite_compileoption_used('ENABLE_QPSG')",
-            ))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(qpsg.try_get_by_index::<i64>(0).unwrap(), 1);
+        let qpsg = scalar("SELECT sqlite_compileoption_used('ENABLE_QPSG')".into()).await;
+        assert_eq!(qpsg, "1");
         assert_eq!(
             pragma("wal_autocheckpoint").await,
             SQLITE_CHECKPOINT_PAGES.to_string()

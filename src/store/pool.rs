@@ -1,6 +1,6 @@
 //! How the connection pool is used, for the metrics.
 
-use sea_orm::DatabaseConnectionType;
+use sea_orm::{DatabaseConnectionType, sqlx};
 
 use super::Db;
 
@@ -28,21 +28,19 @@ pub fn pool_use(db: &Db) -> Option<PoolUse> {
     // arm that matched its own variant.
     match &db.inner {
         DatabaseConnectionType::SqlxSqlitePoolConnection(_) => {
-            let pool = db.get_sqlite_connection_pool();
-            Some(PoolUse {
-                size: pool.size(),
-                idle: pool.num_idle(),
-                max: pool.options().get_max_connections(),
-            })
+            Some(use_of(db.get_sqlite_connection_pool()))
         }
         DatabaseConnectionType::SqlxPostgresPoolConnection(_) => {
-            let pool = db.get_postgres_connection_pool();
-            Some(PoolUse {
-                size: pool.size(),
-                idle: pool.num_idle(),
-                max: pool.options().get_max_connections(),
-            })
+            Some(use_of(db.get_postgres_connection_pool()))
         }
         _ => None,
+    }
+}
+
+fn use_of<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> PoolUse {
+    PoolUse {
+        size: pool.size(),
+        idle: pool.num_idle(),
+        max: pool.options().get_max_connections(),
     }
 }

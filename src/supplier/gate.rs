@@ -9,7 +9,6 @@
 //! whole fleet stays under the supplier's limit. An answer that says "slow
 //! down" pauses every call of the node for a moment ([`RateGate::slow_down`]).
 
-use crate::sync::lock;
 use std::{
     num::NonZeroU32,
     sync::{Arc, Mutex},
@@ -19,6 +18,7 @@ use std::{
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::time::Instant;
 
+use crate::sync::lock;
 use crate::{domain::rate::Window, limits::Limiter};
 
 /// Spacing margin over the exact period, in parts per thousand.

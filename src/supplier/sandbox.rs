@@ -93,21 +93,14 @@ impl Supplier for SandboxSupplier {
             Duration::ZERO
         };
         let order_no = format!("SBX{}", &transaction_id.replace('_', ""));
-        self.orders
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.orders)
             .entry(order_no.clone())
             .or_insert((Instant::now() + delay, transaction_id.to_owned(), count));
         Ok(Placed::unpriced(order_no))
     }
 
     async fn query(&self, order_no: &str) -> Result<Allocation, SupplierError> {
-        let entry = self
-            .orders
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(order_no)
-            .cloned();
+        let entry = crate::sync::lock(&self.orders).get(order_no).cloned();
         match entry {
             None => Err(SupplierError::Refused("unknown order".into())),
             Some((ready_at, _, _)) if Instant::now() < ready_at => Ok(Allocation::Pending),

@@ -8,7 +8,6 @@
 //! call's outcome to the breaker ([`SupplierEntry::record`]). Operators read
 //! [`SupplierSet::view`].
 
-use crate::sync::lock;
 use std::{
     sync::{
         Arc, Mutex,
@@ -21,6 +20,7 @@ use serde::Serialize;
 
 use super::{Supplier, SupplierError, gate::RateGate, metered::Tally};
 use crate::domain::supplier::{Breaker, BreakerState, Packages, Route, SupplierName};
+use crate::sync::lock;
 
 /// One live supplier and what is known of it.
 pub struct SupplierEntry {

@@ -5,7 +5,6 @@
 
 mod money;
 
-use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{
@@ -28,6 +27,7 @@ use crate::{
     domain::{order::FailureCode, time},
     limits::unix_now_millis,
     store::Db,
+    sync::lock,
 };
 
 /// A sweep that passivates at least this many actors hands freed memory back

@@ -28,7 +28,6 @@
 //! id get the profiles sorted by ICCID, one each, so any node dealing the
 //! same supplier order deals it the same way.
 
-use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -53,6 +52,7 @@ use crate::{
     },
     store::{self, Db, supplier_orders as rows},
     supplier::{Profile, Supplier, set::SupplierSet},
+    sync::lock,
 };
 
 /// What the supplier orders need.
@@ -270,7 +270,9 @@ pub(super) struct Wakers {
 /// nodes' orders do not pile up.
 const EARLY_WAKE_KEPT: Duration = Duration::from_secs(60);
 
-/// Early webhooks kept at most (the oldest are dropped past it).
+/// Early webhooks kept at most: when full, the expired ones are dropped,
+/// and a webhook that still finds no room is not kept (its driver then
+/// asks at its first question, as without webhooks).
 const EARLY_WAKES_MAX: usize = 10_000;
 
 impl Wakers {

@@ -40,7 +40,6 @@ mod lookup;
 mod ordering;
 mod orders;
 
-use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{
@@ -59,6 +58,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use orders::SimOrder;
+
+use crate::sync::lock;
 
 /// The documented token lifetime (`expires_in`).
 const TOKEN_TTL_SECS: u64 = 31_622_400;

@@ -15,7 +15,6 @@
 mod control;
 mod invoice;
 
-use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{
@@ -36,6 +35,7 @@ use rust_decimal::Decimal;
 use serde_json::{Value, json};
 
 use crate::payments::btcpay::{cents_to_decimal, decimal_to_cents};
+use crate::sync::lock;
 use control::{event, settings};
 use invoice::{Invoice, MONITORING_MINUTES, Payment, PaymentStatus, RATE, btc};
 

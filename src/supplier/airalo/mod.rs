@@ -36,7 +36,6 @@ mod parse;
 mod transport;
 mod webhook;
 
-use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -54,6 +53,7 @@ pub use webhook::{
 
 use self::transport::{Call, Transport};
 use super::{Allocation, Placed, Supplier, SupplierError, Usage, gate::RateGate};
+use crate::sync::lock;
 
 /// Most eSIMs one order may carry ("Maximum of 50").
 pub const MAX_QUANTITY: u32 = 50;
