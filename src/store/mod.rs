@@ -578,7 +578,7 @@ mod tests {
 
     /// A fresh SQLite file opened as the service opens it; the folder goes
     /// with the first value.
-    async fn sqlite_file_db(name: &str, connections: u32) -> (tempfile::TempDir, Db) {
+    pub(super) async fn sqlite_file_db(name: &str, connections: u32) -> (tempfile::TempDir, Db) {
         let dir = tempfile::tempdir().unwrap();
         let settings = DatabaseSettings {
             url: format!("sqlite://{}/{name}", dir.path().display()),

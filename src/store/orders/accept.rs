@@ -64,7 +64,9 @@ pub async fn find_bindings_of_many<C: ConnectionTrait>(
         sea_orm::DbBackend::Postgres => {
             "(\"partner_id\", \"key\") IN (SELECT p, k FROM jsonb_to_recordset($1::jsonb) AS r(p text, k text))"
         }
-        _ => "(\"partner_id\", \"key\") IN (SELECT value ->> 'p', value ->> 'k' FROM json_each(?))",
+        _ => {
+            "(\"partner_id\", \"key\") IN (SELECT value ->> 'p', value ->> 'k' FROM jsonb_each(?))"
+        }
     };
     let filter = sea_orm::sea_query::SimpleExpr::cust_with_values(
         sql,
@@ -362,7 +364,7 @@ async fn move_floats<C: ConnectionTrait>(
         }
         _ => {
             "(SELECT value ->> 'p' AS p, value ->> 'm' AS m, value ->> 't' AS t, \
-             value ->> 'n' AS n FROM json_each($2)) AS d"
+             value ->> 'n' AS n FROM jsonb_each($2)) AS d"
         }
     };
     let sql = format!(
