@@ -5,15 +5,16 @@
 //! different text for every size, which defeats the driver's statement cache
 //! and, past a size, the databases' bind-parameter limits. Here the rows (or
 //! the ids) travel as one JSON array in one parameter and the database
-//! unpacks it: `json_each` on SQLite, `jsonb_to_recordset` /
-//! `jsonb_array_elements_text` on PostgreSQL. The column list and types come
-//! from the entity definition, so the statement cannot drift from the schema.
+//! unpacks it: `jsonb_each` (rows) and `json_each` (ids) on SQLite,
+//! `jsonb_to_recordset` / `jsonb_array_elements_text` on PostgreSQL. The
+//! column list and types come from the entity definition, so the statement
+//! cannot drift from the schema.
 //!
-//! Rows are unpacked on SQLite with `jsonb_each`, not `json_each`: the latter
-//! hands each row over as JSON text, and every `value ->> 'column'` then
-//! parses that text again (a row of eleven columns, eleven times); the
-//! former hands it over in SQLite's binary form, which `->>` reads directly.
-//! What the columns receive is the same.
+//! Rows go through `jsonb_each` rather than `json_each`: the latter hands
+//! each row over as JSON text, and every `value ->> 'column'` then parses
+//! that text again (a row of eleven columns, eleven times); the former hands
+//! it over in SQLite's binary form, which `->>` reads directly. What the
+//! columns receive is the same. (An id is a plain value either way.)
 
 use std::fmt::Write as _;
 
