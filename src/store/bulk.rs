@@ -253,22 +253,12 @@ mod tests {
     /// nested JSON, text that needs escaping, an absent value, a timestamp.
     #[tokio::test]
     async fn inserted_rows_read_back_exactly_as_written() {
-        use crate::domain::{partner::Status, states::OrderStatus};
-        use crate::store::partners::{NewPartner, create};
+        use crate::domain::states::OrderStatus;
         use sea_orm::EntityTrait;
 
         let (_dir, db) = crate::store::tests::sqlite_file_db("bulk.db", 2).await;
         crate::store::migrate(&db).await.unwrap();
-        let new = NewPartner {
-            name: "B".into(),
-            slug: "b".into(),
-            status: Status::Live,
-            tier: "gold".into(),
-            discount_override_bps: None,
-            low_balance_threshold_cents: 0,
-            sandbox_float_cents: 0,
-        };
-        let partner_id = create(&db, new, Utc::now()).await.unwrap().partner.id;
+        let partner_id = crate::store::partners::gold_partner(&db, "b", 0).await;
         let written = entities::order::Model {
             id: "ord_bulk".into(),
             partner_id,

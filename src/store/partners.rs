@@ -23,6 +23,22 @@ pub struct NewPartner {
     pub sandbox_float_cents: i64,
 }
 
+/// A live gold partner with `sandbox_float_cents` in its sandbox float, for
+/// tests that need any partner to write for: its id.
+#[cfg(test)]
+pub(crate) async fn gold_partner(db: &super::Db, slug: &str, sandbox_float_cents: i64) -> String {
+    let new = NewPartner {
+        name: slug.to_uppercase(),
+        slug: slug.into(),
+        status: Status::Live,
+        tier: "gold".into(),
+        discount_override_bps: None,
+        low_balance_threshold_cents: 0,
+        sandbox_float_cents,
+    };
+    create(db, new, Utc::now()).await.unwrap().partner.id
+}
+
 /// A partner with both floats.
 #[derive(Debug, Clone)]
 pub struct PartnerWithFloats {

@@ -18,8 +18,7 @@ use std::{
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::time::Instant;
 
-use crate::sync::lock;
-use crate::{domain::rate::Window, limits::Limiter};
+use crate::{domain::rate::Window, limits::Limiter, sync::lock};
 
 /// Spacing margin over the exact period, in parts per thousand.
 const MARGIN_PER_MILLE: u32 = 25;

@@ -19,8 +19,10 @@ use std::{
 use serde::Serialize;
 
 use super::{Supplier, SupplierError, gate::RateGate, metered::Tally};
-use crate::domain::supplier::{Breaker, BreakerState, Packages, Route, SupplierName};
-use crate::sync::lock;
+use crate::{
+    domain::supplier::{Breaker, BreakerState, Packages, Route, SupplierName},
+    sync::lock,
+};
 
 /// One live supplier and what is known of it.
 pub struct SupplierEntry {

@@ -420,9 +420,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        config::DatabaseSettings,
-        domain::{partner::Status, states::OrderStatus},
-        store::partners::{NewPartner, create},
+        config::DatabaseSettings, domain::states::OrderStatus, store::partners::gold_partner,
     };
 
     async fn database() -> (tempfile::TempDir, Db, String) {
@@ -435,22 +433,8 @@ mod tests {
         };
         let db = store::connect(&settings).await.unwrap();
         store::migrate(&db).await.unwrap();
-        let partner = create(
-            &db,
-            NewPartner {
-                name: "T".into(),
-                slug: "t".into(),
-                status: Status::Live,
-                tier: "gold".into(),
-                discount_override_bps: None,
-                low_balance_threshold_cents: 0,
-                sandbox_float_cents: 10_000,
-            },
-            Utc::now(),
-        )
-        .await
-        .unwrap();
-        (dir, db, partner.partner.id)
+        let partner_id = gold_partner(&db, "t", 10_000).await;
+        (dir, db, partner_id)
     }
 
     fn request(partner_id: &str, key: &str, total: i64) -> PlaceOrder {
@@ -628,23 +612,7 @@ mod tests {
 
     /// A second partner with a 50,000 cent sandbox float.
     async fn rich_partner(db: &Db, slug: &str) -> String {
-        create(
-            db,
-            NewPartner {
-                name: "R".into(),
-                slug: slug.into(),
-                status: Status::Live,
-                tier: "gold".into(),
-                discount_override_bps: None,
-                low_balance_threshold_cents: 0,
-                sandbox_float_cents: 50_000,
-            },
-            Utc::now(),
-        )
-        .await
-        .unwrap()
-        .partner
-        .id
+        gold_partner(db, slug, 50_000).await
     }
 
     #[tokio::test]

@@ -34,8 +34,10 @@ use chrono::Utc;
 use rust_decimal::Decimal;
 use serde_json::{Value, json};
 
-use crate::payments::btcpay::{cents_to_decimal, decimal_to_cents};
-use crate::sync::lock;
+use crate::{
+    payments::btcpay::{cents_to_decimal, decimal_to_cents},
+    sync::lock,
+};
 use control::{event, settings};
 use invoice::{Invoice, MONITORING_MINUTES, Payment, PaymentStatus, RATE, btc};
 
