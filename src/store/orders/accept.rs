@@ -6,6 +6,7 @@ use super::*;
 /// An order ready to be written.
 #[derive(Debug, Clone)]
 pub struct NewOrder {
+    /// The order row, priced and with its id.
     pub order: order::Model,
     /// Fingerprint of the request body its key is bound to.
     pub fingerprint: String,
@@ -14,10 +15,13 @@ pub struct NewOrder {
 /// A refusal that binds its key, ready to be written.
 #[derive(Debug, Clone)]
 pub struct RefusalRow {
+    /// The Idempotency-Key the refusal binds.
     pub key: String,
+    /// The mode of the key that sent the request.
     pub mode: Mode,
     /// Fingerprint of the request body its key is bound to.
     pub fingerprint: String,
+    /// What the request was refused for, replayed to every retry.
     pub refusal: Refusal,
 }
 
@@ -156,11 +160,19 @@ pub fn unit_id(order_id: &str, n: i32) -> String {
 /// One partner's decided batch, as the shared writer hands it over.
 #[derive(Debug, Clone)]
 pub struct PartnerBatch {
+    /// The partner whose floats the batch debits.
     pub partner_id: String,
     /// Orders to debit and write, in acceptance order.
     pub orders: Vec<NewOrder>,
     /// Refusals that bind their keys.
     pub refusals: Vec<RefusalRow>,
+}
+
+impl PartnerBatch {
+    /// Orders and bound refusals the batch writes.
+    pub fn written(&self) -> usize {
+        self.orders.len() + self.refusals.len()
+    }
 }
 
 /// Balances after a batch: (live, sandbox), `None` for a mode it did not touch.
@@ -237,8 +249,7 @@ pub async fn accept_batches<C: ConnectionTrait>(
         .iter()
         .flat_map(|o| pending_units(o, now))
         .collect();
-    let key_rows: Vec<idempotency_key::Model> =
-        batches.iter().flat_map(|b| key_rows(b, now)).collect();
+    let key_rows = key_rows_in_lock_order(batches, now);
     bulk::insert_models::<order::Entity, _>(txn, &order_rows).await?;
     bulk::insert_models::<order_unit::Entity, _>(txn, &unit_rows).await?;
     bulk::insert_models::<idempotency_key::Entity, _>(txn, &key_rows).await?;
@@ -314,6 +325,23 @@ fn purchase_rows(
 }
 
 /// The key bindings of a batch: its orders', then its binding refusals'.
+/// Every batch's key bindings sorted by (partner, key), the order their
+/// unique index locks them in. Two nodes' transactions that bind some of the
+/// same Idempotency-Keys (a key sent to both at once) then take them in the
+/// same order, so one waits for the other; in any other order each could
+/// hold a key the other waits for, and PostgreSQL's deadlock detector would
+/// fail one of them with a 500. (The floats are debited in key order for the
+/// same reason.)
+fn key_rows_in_lock_order(
+    batches: &[&PartnerBatch],
+    now: DateTime<Utc>,
+) -> Vec<idempotency_key::Model> {
+    let mut rows: Vec<idempotency_key::Model> =
+        batches.iter().flat_map(|b| key_rows(b, now)).collect();
+    rows.sort_by(|a, b| (&a.partner_id, &a.key).cmp(&(&b.partner_id, &b.key)));
+    rows
+}
+
 fn key_rows(batch: &PartnerBatch, now: DateTime<Utc>) -> Vec<idempotency_key::Model> {
     let orders = batch.orders.iter().map(|o| idempotency_key::Model {
         partner_id: o.order.partner_id.clone(),
@@ -392,4 +420,48 @@ async fn move_floats<C: ConnectionTrait>(
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusals(partner_id: &str, keys: &[&str]) -> PartnerBatch {
+        PartnerBatch {
+            partner_id: partner_id.into(),
+            orders: Vec::new(),
+            refusals: keys
+                .iter()
+                .map(|key| RefusalRow {
+                    key: (*key).into(),
+                    mode: Mode::Live,
+                    fingerprint: "f".into(),
+                    refusal: Refusal::PlanNotFound,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn key_bindings_are_written_in_the_order_their_index_locks_them() {
+        let (b, a) = (
+            refusals("pt_b", &["k2", "k1"]),
+            refusals("pt_a", &["z", "k3"]),
+        );
+        let rows = key_rows_in_lock_order(&[&b, &a], Utc::now());
+        let order: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|r| (r.partner_id.as_str(), r.key.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("pt_a", "k3"),
+                ("pt_a", "z"),
+                ("pt_b", "k1"),
+                ("pt_b", "k2")
+            ],
+            "whatever the batches' order and each batch's own"
+        );
+    }
 }
