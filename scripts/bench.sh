@@ -94,6 +94,10 @@ funded_key() { # prints a live key's secret of a new gold partner with a large f
 }
 cpu_ticks() { awk '{print $14+$15}' "/proc/$server/stat"; }
 accepted_total() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_orders_accepted_total/ {s+=$2} END {print s+0}'; }
+# Orders per shared commit over the server's life (one fsync each on SQLite).
+orders_per_commit() {
+  curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_order_commit_orders_sum/ {o+=$2} /^esim_order_commits_total/ {c+=$2} END {printf "%.1f", (c > 0 ? o / c : 0)}'
+}
 settled_total() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_orders_settled_total/ {s+=$2} END {print s+0}'; }
 wait_settled() { # waits (up to 120 s) until every accepted order settled; prints the seconds waited
   local began=$SECONDS
@@ -121,7 +125,7 @@ orders_side_by_side() {
       settle=$(wait_settled)
       after=$(cpu_ticks); orders=$(accepted_total)
       cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
-      echo "{\"database\":\"$kind\",\"partners\":$partners,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu}"
+      echo "{\"database\":\"$kind\",\"partners\":$partners,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"orders_per_commit\":$(orders_per_commit)}"
       if [ "$partners" = 1 ]; then
         echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)}"
       fi

@@ -71,6 +71,15 @@ pub(crate) const ACTOR_MAILBOX_MESSAGES: &str = "esim_actor_mailbox_messages";
 pub(crate) const ACTOR_MAILBOX_MAX: &str = "esim_actor_mailbox_max_messages";
 /// Actors restarted by their supervisor after a failure: `kind`.
 pub(crate) const ACTOR_RESTARTS: &str = "esim_actor_restarts_total";
+/// Transactions that committed accepted orders: `path` (`shared`: many
+/// partners' batches in set-based statements; `savepoints`: the same batches
+/// one savepoint each, after a key lost a race; `alone`: one batch, without
+/// the shared writer).
+pub(crate) const ORDER_COMMITS: &str = "esim_order_commits_total";
+/// Order batches (one per partner) per such transaction.
+pub(crate) const ORDER_COMMIT_BATCHES: &str = "esim_order_commit_batches";
+/// Orders written per such transaction (accepted orders and bound refusals).
+pub(crate) const ORDER_COMMIT_ORDERS: &str = "esim_order_commit_orders";
 /// Connections of the database pool: `state` (`idle`, `in_use`).
 pub(crate) const DB_POOL_CONNECTIONS: &str = "esim_db_pool_connections";
 /// The pool's configured maximum.
@@ -115,6 +124,8 @@ const PROVISIONING_BUCKETS: &[f64] = &[
 const SUPPLIER_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
+/// Sizes of a group commit: one to the writer's and an actor's limits.
+const COMMIT_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
 /// How often recorded histogram samples are folded into their buckets when
 /// nobody scrapes (the exporter keeps raw samples until then).
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -163,6 +174,14 @@ fn with_buckets() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(
             Matcher::Full(SUPPLIER_CALL_DURATION.into()),
             SUPPLIER_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(ORDER_COMMIT_BATCHES.into()),
+            COMMIT_SIZE_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(ORDER_COMMIT_ORDERS.into()),
+            COMMIT_SIZE_BUCKETS,
         )
 }
 
@@ -264,6 +283,18 @@ fn describe_internals() {
     describe_counter!(
         ACTOR_RESTARTS,
         "Actors restarted by their supervisor after a failure, by kind."
+    );
+    describe_counter!(
+        ORDER_COMMITS,
+        "Transactions that committed accepted orders, by path (shared, savepoints, alone)."
+    );
+    describe_histogram!(
+        ORDER_COMMIT_BATCHES,
+        "Partners' order batches per committed transaction (what one fsync is shared by)."
+    );
+    describe_histogram!(
+        ORDER_COMMIT_ORDERS,
+        "Orders and bound refusals written per committed transaction."
     );
     describe_gauge!(
         DB_POOL_CONNECTIONS,
@@ -417,6 +448,14 @@ pub(crate) fn order_settled(settled: &Settled, now: DateTime<Utc>) {
     .record(seconds_between(settled.created_at, now));
 }
 
+/// A transaction that committed `batches` partners' batches holding
+/// `orders` orders and bound refusals, by `path` (see [`ORDER_COMMITS`]).
+pub(crate) fn orders_committed(path: &'static str, batches: usize, orders: usize) {
+    counter!(ORDER_COMMITS, "path" => path).increment(1);
+    histogram!(ORDER_COMMIT_BATCHES, "path" => path).record(batches as f64);
+    histogram!(ORDER_COMMIT_ORDERS, "path" => path).record(orders as f64);
+}
+
 /// Seconds from `from` to `to`, never negative (clocks of two nodes may disagree).
 pub(crate) fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     let micros = (to - from).num_microseconds().unwrap_or(i64::MAX).max(0);
@@ -559,7 +598,12 @@ mod tests {
 
     #[test]
     fn every_histogram_has_ascending_buckets() {
-        for buckets in [HTTP_BUCKETS, PROVISIONING_BUCKETS, SUPPLIER_BUCKETS] {
+        for buckets in [
+            HTTP_BUCKETS,
+            PROVISIONING_BUCKETS,
+            SUPPLIER_BUCKETS,
+            COMMIT_SIZE_BUCKETS,
+        ] {
             assert!(!buckets.is_empty());
             assert!(buckets.windows(2).all(|w| w[0] < w[1]), "{buckets:?}");
         }

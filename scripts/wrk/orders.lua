@@ -1,8 +1,9 @@
 -- wrk script: POST /partner/v1/orders with a unique Idempotency-Key per
 -- request (run prefix, thread number, counter). API_KEY: a live key's
 -- secret, or KEYS_FILE: a file of live keys' secrets, one per line, taken in
--- turn (many partners); PLAN_ID: the plan (default pl_fr_1gb_7d). Prints one
--- JSON line.
+-- turn (many partners); PLAN_ID: the plan (default pl_fr_1gb_7d);
+-- KEY_STYLE=random: keys as the generated clients make them (a random UUID
+-- after a prefix) instead of counting up. Prints one JSON line.
 local threads = {}
 local run = os.getenv("RUN") or tostring(os.time())
 
@@ -24,6 +25,8 @@ function init(args)
   wrk.method = "POST"
   wrk.headers["Authorization"] = "Bearer " .. (os.getenv("API_KEY") or "")
   wrk.headers["Content-Type"] = "application/json"
+  random_keys = os.getenv("KEY_STYLE") == "random"
+  math.randomseed(os.time() * 1000 + tid)
   wrk.body = '{"plan_id":"' .. (os.getenv("PLAN_ID") or "pl_fr_1gb_7d") .. '","quantity":1}'
 end
 
@@ -34,7 +37,13 @@ function request()
     -- do not march through the partners in step.
     wrk.headers["Authorization"] = "Bearer " .. keys[((counter + tid * 7919) % #keys) + 1]
   end
-  wrk.headers["Idempotency-Key"] = string.format("wrk-%s-%d-%010d", run, tid, counter)
+  if random_keys then
+    wrk.headers["Idempotency-Key"] = string.format("wrk-%08x-%04x-4%03x-%04x-%04x%08x",
+      math.random(0, 0xffffffff), math.random(0, 0xffff), math.random(0, 0xfff),
+      math.random(0x8000, 0xbfff), math.random(0, 0xffff), math.random(0, 0xffffffff))
+  else
+    wrk.headers["Idempotency-Key"] = string.format("wrk-%s-%d-%010d", run, tid, counter)
+  end
   return wrk.format(nil, "/partner/v1/orders")
 end
 

@@ -221,6 +221,8 @@ async fn commit_shared(
     let txn = store::begin_write(db).await?;
     let balances = store::orders::accept_batches(&txn, batches, now).await?;
     txn.commit().await?;
+    let written = batches.iter().map(|b| b.written()).sum();
+    crate::metrics::orders_committed("shared", batches.len(), written);
     Ok(balances)
 }
 
@@ -248,6 +250,11 @@ async fn commit_each(db: &Db, jobs: Vec<Queued>) {
     .await;
     match outcome {
         Ok(()) => {
+            let committed = jobs.iter().zip(&results).filter(|(_, r)| r.is_ok());
+            let (batches, written) = committed.fold((0, 0), |(n, w), ((job, _), _)| {
+                (n + 1, w + job.batch.written())
+            });
+            crate::metrics::orders_committed("savepoints", batches, written);
             for ((_, answer), result) in jobs.into_iter().zip(results) {
                 let _ = answer.send(result);
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode, header::CONTENT_TYPE};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, eventually, read, spawn_app, spawn_app_with};
+use crate::helpers::{TestApp, eventually, fund, live_partner, read, spawn_app, spawn_app_with};
 
 const PLAN: &str = "pl_fr_1gb_7d";
 const WAIT: Duration = Duration::from_secs(30);
@@ -344,6 +344,75 @@ async fn an_order_a_429_a_failed_authentication_deposits_and_a_restart_move_thei
         "esim_actor_mailbox_messages",
         &[("kind", "account")]
     ));
+}
+
+/// Orders placed at once by several partners are committed together by the
+/// shared writer (`path="shared"`, several batches in one transaction); in
+/// per-request mode every batch commits alone. Counted per transaction, with
+/// the group's size as histograms.
+#[tokio::test]
+async fn committed_orders_are_counted_with_the_size_of_their_group() {
+    const PARTNERS: usize = 3;
+    const EACH: usize = 4;
+    for (commit_mode, path) in [("batch", "shared"), ("per_request", "alone")] {
+        let app = spawn_app_with(&[("store.commit_mode", commit_mode)]).await;
+        let mut secrets = Vec::new();
+        for _ in 0..PARTNERS {
+            let (partner_id, secret) = live_partner(&app).await;
+            fund(&app, &partner_id, 1_000_000).await;
+            secrets.push(secret);
+        }
+        let before = scrape(&app).await;
+        let mut placed = Vec::new();
+        for secret in &secrets {
+            for n in 0..EACH {
+                let request = app
+                    .as_partner(secret, Method::POST, "/orders")
+                    .header(
+                        "idempotency-key",
+                        format!("commit-size-{commit_mode}-{n}-{secret}"),
+                    )
+                    .json(&json!({ "plan_id": PLAN, "quantity": 1 }));
+                placed.push(async move { request.send().await.unwrap().status() });
+            }
+        }
+        for status in futures::future::join_all(placed).await {
+            assert_eq!(status, StatusCode::ACCEPTED);
+        }
+        let after = scrape(&app).await;
+        let increased = |name: &str| {
+            sample(&after, name, &[("path", path)]) - sample(&before, name, &[("path", path)])
+        };
+        let orders = (PARTNERS * EACH) as f64;
+        assert!(
+            increased("esim_order_commit_orders_sum") >= orders,
+            "{path}:\n{after}"
+        );
+        assert!(
+            increased("esim_order_commit_batches_sum") >= PARTNERS as f64,
+            "{path}:\n{after}"
+        );
+        let commits = increased("esim_order_commits_total");
+        assert!(commits >= 1.0, "{path}:\n{after}");
+        assert!(
+            increased("esim_order_commit_orders_count") >= 1.0,
+            "{path}:\n{after}"
+        );
+        if path == "alone" {
+            assert!(
+                commits >= orders,
+                "per request, each order commits alone:\n{after}"
+            );
+        }
+        assert!(
+            has(
+                &after,
+                "esim_order_commit_orders_bucket",
+                &[("path", path), ("le", "+Inf")]
+            ),
+            "a histogram, not a summary:\n{after}"
+        );
+    }
 }
 
 #[test]

@@ -221,6 +221,7 @@ pub(super) async fn commit_alone(
     let txn = store::begin_write(db).await?;
     let committed = store::orders::accept_batch(&txn, &job.batch, job.now).await?;
     txn.commit().await?;
+    crate::metrics::orders_committed("alone", 1, job.batch.written());
     Ok(committed)
 }
 
