@@ -124,7 +124,7 @@ const PROVISIONING_BUCKETS: &[f64] = &[
 const SUPPLIER_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
-/// Sizes of a group commit: one to the writer's and an actor's limits.
+/// Sizes of a group commit, in powers of two up to an actor's batch limit.
 const COMMIT_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
 /// How often recorded histogram samples are folded into their buckets when
 /// nobody scrapes (the exporter keeps raw samples until then).

@@ -254,7 +254,9 @@ async fn commit_each(db: &Db, jobs: Vec<Queued>) {
             let (batches, written) = committed.fold((0, 0), |(n, w), ((job, _), _)| {
                 (n + 1, w + job.batch.written())
             });
-            crate::metrics::orders_committed("savepoints", batches, written);
+            if batches > 0 {
+                crate::metrics::orders_committed("savepoints", batches, written);
+            }
             for ((_, answer), result) in jobs.into_iter().zip(results) {
                 let _ = answer.send(result);
             }
