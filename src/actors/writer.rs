@@ -227,11 +227,20 @@ async fn commit_shared(
 }
 
 /// Commits jobs in one transaction, each inside its own savepoint, so that a
-/// job whose key lost a race rolls back alone while the others commit.
-async fn commit_each(db: &Db, jobs: Vec<Queued>) {
+/// job whose key lost a race rolls back alone while the others commit. The
+/// jobs go in partner order after every float is locked, so the transaction
+/// takes its locks in the order a shared commit does
+/// ([`store::orders::lock_floats`]).
+async fn commit_each(db: &Db, mut jobs: Vec<Queued>) {
+    jobs.sort_by(|(a, _), (b, _)| a.batch.partner_id.cmp(&b.batch.partner_id));
     let mut results: Vec<Result<Committed, AcceptError>> = Vec::with_capacity(jobs.len());
     let outcome = async {
         let txn = store::begin_write(db).await?;
+        let partners: Vec<&str> = jobs
+            .iter()
+            .map(|(job, _)| job.batch.partner_id.as_str())
+            .collect();
+        store::orders::lock_floats(&txn, &partners).await?;
         for (job, _) in &jobs {
             let savepoint = txn.begin().await?;
             match store::orders::accept_batch(&savepoint, &job.batch, job.now).await {

@@ -2211,3 +2211,55 @@ async fn a_stored_status_outside_the_vocabulary_is_an_internal_error_never_a_def
     let (status, body) = get(&app, &secret, "/orders").await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
 }
+
+/// What a savepoint commit takes first: the floats' row locks. Another
+/// writer's debit of the same float waits until the transaction ends (on
+/// PostgreSQL by the row lock; on SQLite every writer waits for the one in
+/// progress), then goes through.
+#[tokio::test]
+async fn a_transaction_that_locked_the_floats_holds_other_debits_until_it_ends() {
+    use sea_orm::{
+        TransactionTrait,
+        sea_query::{Expr, ExprTrait},
+    };
+    let app = crate::helpers::spawn_app().await;
+    let (partner_id, _) = live_partner(&app).await;
+    fund(&app, &partner_id, 1_000).await;
+    let txn = esim_reseller::store::begin_write(&app.db).await.unwrap();
+    esim_reseller::store::orders::lock_floats(&txn, &[partner_id.as_str()])
+        .await
+        .unwrap();
+
+    let mut debit = tokio::spawn({
+        let (db, partner_id) = (app.db.clone(), partner_id.clone());
+        async move {
+            let other = db.begin().await.unwrap();
+            float::Entity::update_many()
+                .col_expr(
+                    float::Column::BalanceCents,
+                    Expr::col(float::Column::BalanceCents).sub(1),
+                )
+                .filter(float::Column::PartnerId.eq(partner_id))
+                .filter(float::Column::Mode.eq(entities::states::Mode::Live))
+                .exec(&other)
+                .await
+                .unwrap();
+            other.commit().await.unwrap();
+        }
+    });
+    let waited = tokio::time::timeout(Duration::from_millis(300), &mut debit).await;
+    assert!(
+        waited.is_err(),
+        "the debit waits while the floats are locked"
+    );
+    txn.commit().await.unwrap();
+    tokio::time::timeout(SETTLE, debit).await.unwrap().unwrap();
+    let float = float::Entity::find()
+        .filter(float::Column::PartnerId.eq(partner_id.as_str()))
+        .filter(float::Column::Mode.eq(entities::states::Mode::Live))
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(float.balance_cents, 999, "then it went through");
+}

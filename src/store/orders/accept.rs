@@ -325,6 +325,36 @@ fn purchase_rows(
 }
 
 /// The key bindings of a batch: its orders', then its binding refusals'.
+/// Takes the row locks of these partners' floats (both modes) in one
+/// statement, in primary-key order, before the caller binds any key. A
+/// transaction that goes on to commit batch after batch, each in its own
+/// savepoint ([`accept_batch`]), then takes its locks as a shared commit
+/// does: floats first, then keys in (partner, key) order when its batches
+/// come in partner order. Otherwise it could hold one batch's keys while
+/// waiting for the next batch's float, held by another node's commit that
+/// waits for one of those keys. SQLite has one writer and no row locks:
+/// there the statement only reads.
+pub async fn lock_floats<C: ConnectionTrait>(txn: &C, partner_ids: &[&str]) -> Result<(), DbErr> {
+    if partner_ids.is_empty() {
+        return Ok(());
+    }
+    float::Entity::find()
+        .select_only()
+        .column(float::Column::PartnerId)
+        .filter(bulk::column_in(
+            txn,
+            float::Column::PartnerId,
+            partner_ids.iter().copied(),
+        ))
+        .order_by_asc(float::Column::PartnerId)
+        .order_by_asc(float::Column::Mode)
+        .lock_exclusive()
+        .into_tuple::<String>()
+        .all(txn)
+        .await?;
+    Ok(())
+}
+
 /// Every batch's key bindings sorted by (partner, key), the order their
 /// unique index locks them in. Two nodes' transactions that bind some of the
 /// same Idempotency-Keys (a key sent to both at once) then take them in the
