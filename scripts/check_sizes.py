@@ -76,7 +76,7 @@ def test_module_span(lines):
     """(start, end) line indexes of the file's `#[cfg(test)] mod` block, or None."""
     for index, line in enumerate(lines):
         if line.strip() == "#[cfg(test)]" and index + 1 < len(lines) and re.match(
-            r"\s*(pub\s+)?mod\s+\w+\s*\{", lines[index + 1]
+            r"\s*(pub(\(\w+\))?\s+)?mod\s+\w+\s*\{", lines[index + 1]
         ):
             end = block_end(lines, index + 1)
             return index, end

@@ -31,7 +31,7 @@ use chrono::{DateTime, Utc};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::store::{PoolUse, orders::Settled};
+use crate::store::{PoolUse, inline::InlineReadCounts, orders::Settled};
 
 /// HTTP requests answered: `listener`, `route`, `method`, `status`.
 pub(crate) const HTTP_REQUESTS: &str = "esim_http_requests_total";
@@ -84,6 +84,8 @@ pub(crate) const ORDER_COMMIT_ORDERS: &str = "esim_order_commit_orders";
 pub(crate) const DB_POOL_CONNECTIONS: &str = "esim_db_pool_connections";
 /// The pool's configured maximum.
 pub(crate) const DB_POOL_MAX: &str = "esim_db_pool_max_connections";
+/// Point reads run on the handler's thread (SQLite), by outcome.
+pub(crate) const DB_INLINE_READS: &str = "esim_db_inline_reads_total";
 /// Requests refused with 429: `class` (`read`, `write`, `supplier`,
 /// `catalogue`, or `failed_auth` when the source's failed-authentication
 /// budget is spent).
@@ -302,6 +304,10 @@ fn describe_internals() {
     );
     describe_gauge!(DB_POOL_MAX, "Most connections the database pool opens.");
     describe_counter!(
+        DB_INLINE_READS,
+        "Point reads of the SQLite file run on the handler's thread: answered, or fell_back to the pool."
+    );
+    describe_counter!(
         RATE_LIMIT_REJECTIONS,
         "Requests refused with 429, by rate class (failed_auth: the failed-authentication budget)."
     );
@@ -400,6 +406,8 @@ pub(crate) struct ScrapeGauges {
     pub provisioning_running: bool,
     /// The database pool, when the driver reports it.
     pub pool: Option<PoolUse>,
+    /// The inline reader's counts (SQLite files only).
+    pub inline_reads: Option<InlineReadCounts>,
 }
 
 /// The body of `GET /metrics`: the scrape-time gauges, then every series as
@@ -416,6 +424,10 @@ pub(crate) fn render(gauges: ScrapeGauges) -> Response {
         gauge!(DB_POOL_CONNECTIONS, "state" => "idle").set(pool.idle as f64);
         gauge!(DB_POOL_CONNECTIONS, "state" => "in_use").set(pool.in_use() as f64);
         gauge!(DB_POOL_MAX).set(f64::from(pool.max));
+    }
+    if let Some(reads) = gauges.inline_reads {
+        counter!(DB_INLINE_READS, "outcome" => "answered").absolute(reads.answered);
+        counter!(DB_INLINE_READS, "outcome" => "fell_back").absolute(reads.fell_back);
     }
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],

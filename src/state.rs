@@ -44,6 +44,9 @@ impl AppState {
 pub struct Shared {
     /// The database pool.
     pub db: Db,
+    /// Point reads of a SQLite file on the handler's thread (none on
+    /// PostgreSQL): the hottest fresh reads, without the pool's hand-off.
+    pub inline_reads: Option<Arc<crate::store::inline::InlineReader>>,
     /// Health reports the database down past this.
     pub probe_timeout: Duration,
     /// When this process started serving.

@@ -263,7 +263,7 @@ fn operator_router(state: &AppState, metrics_require_token: bool) -> Router {
         .with_state(state.clone())
 }
 
-// `GET /metrics` on the operator listener: the gauges read from their
+/// `GET /metrics` on the operator listener: the gauges read from their
 /// sources at scrape time, then every series.
 async fn render_metrics(State(state): State<AppState>) -> axum::response::Response {
     let load = state.accounts.load();
@@ -276,6 +276,7 @@ async fn render_metrics(State(state): State<AppState>) -> axum::response::Respon
             .provisioning()
             .is_some_and(ProvisioningHandle::is_running),
         pool: store::pool_use(&state.db),
+        inline_reads: state.inline_reads.as_ref().map(|reader| reader.counts()),
     })
 }
 

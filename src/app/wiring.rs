@@ -447,6 +447,7 @@ async fn shared_state(
         backups_on: settings.backup.every_minutes > 0.0,
         admission: supply.admission,
         cursors: CursorCodec::new(settings.cursor.secret.expose_secret().as_bytes()),
+        inline_reads: store::inline::InlineReader::for_db(&db),
         db,
         probe_timeout: Duration::from_millis(settings.database.probe_timeout_ms),
         started_at: Instant::now(),

@@ -155,24 +155,28 @@ pub(crate) async fn balance(
     Extension(caller): Extension<Caller>,
     StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
 ) -> Result<Json<BalanceView>, ApiError> {
-    let (partner, float) = store::partners::with_float(&state.db, caller.partner_id(), caller.mode)
-        .await?
-        .ok_or_else(|| ApiError::internal("the partner's float is missing"))?;
-    let balance_cents = float.balance_cents;
-    let discount_bps = match partner.discount_override_bps {
+    let view = store::partners::float_view(
+        &state.db,
+        state.inline_reads.as_deref(),
+        caller.partner_id(),
+        caller.mode,
+    )
+    .await?
+    .ok_or_else(|| ApiError::internal("the partner's float is missing"))?;
+    let discount_bps = match view.discount_override_bps {
         Some(bps) => i64::from(bps),
         None => state
             .tiers
-            .get(&partner.tier)
+            .get(&view.tier)
             .map_or(0, |t| i64::from(t.discount_bps)),
     };
     Ok(Json(BalanceView {
         object: "balance",
-        balance_cents,
+        balance_cents: view.balance_cents,
         currency: "USD",
-        tier: partner.tier,
+        tier: view.tier,
         discount_bps,
-        low_balance_threshold_cents: partner.low_balance_threshold_cents,
+        low_balance_threshold_cents: view.low_balance_threshold_cents,
         mode: caller.mode,
     }))
 }

@@ -197,6 +197,64 @@ pub async fn with_float<C: ConnectionTrait>(
     Ok(found.and_then(|(float, partner)| Some((partner?, float))))
 }
 
+/// What `GET /balance` shows of a float and its partner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FloatView {
+    /// Spendable balance in US cents.
+    pub balance_cents: i64,
+    /// The partner's commercial tier.
+    pub tier: String,
+    /// The partner's own discount, if it overrides the tier's.
+    pub discount_override_bps: Option<i32>,
+    /// Balance under which a webhook warns.
+    pub low_balance_threshold_cents: i64,
+}
+
+/// One float and its partner, read fresh: on the caller's thread for a
+/// SQLite file ([`super::inline`]), else (or if that read fails) through
+/// the pool.
+pub async fn float_view(
+    db: &super::Db,
+    inline: Option<&super::inline::InlineReader>,
+    partner_id: &str,
+    mode: Mode,
+) -> Result<Option<FloatView>, DbErr> {
+    if let Some(found) = super::inline::read(inline, |c| float_view_inline(c, partner_id, mode)) {
+        return Ok(found);
+    }
+    Ok(with_float(db, partner_id, mode)
+        .await?
+        .map(|(partner, float)| FloatView {
+            balance_cents: float.balance_cents,
+            tier: partner.tier,
+            discount_override_bps: partner.discount_override_bps,
+            low_balance_threshold_cents: partner.low_balance_threshold_cents,
+        }))
+}
+
+pub(crate) fn float_view_inline(
+    connection: &rusqlite::Connection,
+    partner_id: &str,
+    mode: Mode,
+) -> rusqlite::Result<Option<FloatView>> {
+    use rusqlite::OptionalExtension;
+    connection
+        .prepare_cached(
+            "SELECT f.balance_cents, p.tier, p.discount_override_bps, p.low_balance_threshold_cents \
+             FROM floats f JOIN partners p ON p.id = f.partner_id \
+             WHERE f.partner_id = ?1 AND f.mode = ?2",
+        )?
+        .query_row((partner_id, mode.as_str()), |row| {
+            Ok(FloatView {
+                balance_cents: row.get(0)?,
+                tier: row.get(1)?,
+                discount_override_bps: row.get(2)?,
+                low_balance_threshold_cents: row.get(3)?,
+            })
+        })
+        .optional()
+}
+
 /// The balance of one float, read fresh.
 pub async fn float_balance<C: ConnectionTrait>(
     db: &C,

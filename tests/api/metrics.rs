@@ -9,7 +9,9 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode, header::CONTENT_TYPE};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, eventually, fund, live_partner, read, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestApp, balance, eventually, fund, live_partner, read, spawn_app, spawn_app_with,
+};
 
 const PLAN: &str = "pl_fr_1gb_7d";
 const WAIT: Duration = Duration::from_secs(30);
@@ -429,4 +431,33 @@ fn sample_sums_the_series_that_carry_the_labels() {
     assert_eq!(sample(text, "y", &[]), 7.0);
     assert!(has(text, "x", &[("b", "3")]));
     assert!(!has(text, "x", &[("c", "1")]));
+}
+
+/// On a SQLite file `GET /balance` reads the float on the handler's thread,
+/// and each read is fresh: a credit made through the account actor is seen
+/// by the next read.
+#[tokio::test]
+async fn balance_reads_of_a_sqlite_file_are_answered_inline_and_fresh() {
+    let app = spawn_app().await;
+    let (partner, secret) = live_partner(&app).await;
+    fund(&app, &partner, 1_000).await;
+    assert_eq!(balance(&app, &secret).await, 1_000);
+    fund(&app, &partner, 500).await;
+    assert_eq!(balance(&app, &secret).await, 1_500);
+    let text = scrape(&app).await;
+    if app.database_url.starts_with("sqlite:") {
+        assert!(
+            sample(
+                &text,
+                "esim_db_inline_reads_total",
+                &[("outcome", "answered")]
+            ) >= 2.0,
+            "{text}"
+        );
+        assert!(has(
+            &text,
+            "esim_db_inline_reads_total",
+            &[("outcome", "fell_back")]
+        ));
+    }
 }
