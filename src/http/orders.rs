@@ -400,10 +400,15 @@ pub async fn show(
     StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
 ) -> Result<Json<OrderView>, ApiError> {
     OrderId::parse(&id).map_err(|e| ApiError::invalid("id", e.to_string()))?;
-    let order = store::orders::find_order(&state.db, caller.partner_id(), caller.mode, &id)
-        .await?
-        .ok_or_else(|| ApiError::new(ErrorCode::OrderNotFound))?;
-    let esims = store::orders::esims_of(&state.db, std::slice::from_ref(&order.id)).await?;
+    let (order, esims) = store::orders::find_order_with_esims(
+        &state.db,
+        state.inline_reads.as_deref(),
+        caller.partner_id(),
+        caller.mode,
+        &id,
+    )
+    .await?
+    .ok_or_else(|| ApiError::new(ErrorCode::OrderNotFound))?;
     Ok(Json(OrderView::new(order, esims)))
 }
 

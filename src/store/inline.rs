@@ -3,13 +3,15 @@
 //! sqlx runs every statement of a SQLite connection on that connection's own
 //! worker thread: a read is handed over and its rows handed back, two thread
 //! wake-ups around a few microseconds of SQLite. For the hottest point reads
-//! (a float's balance) that hand-off is most of the cost, so they run here
-//! instead, on the caller's thread, over a small set of connections to the
-//! same file: in WAL mode a reader never waits for the writer, and the
-//! connections' busy timeout is zero, so a read that would have to wait (a
-//! WAL recovery, a truncating checkpoint) fails at once and the caller falls
-//! back to the pool, which waits as it always does. PostgreSQL and in-memory
-//! SQLite databases have no inline reader: the caller uses the pool.
+//! (a float's balance, an order a partner polls) that hand-off is most of
+//! the cost, so they run here instead, on the caller's thread, over a small
+//! set of connections to the same file: in WAL mode a reader never waits for
+//! the writer, and the connections' busy timeout is zero, so a read that
+//! would have to wait (a WAL recovery, a truncating checkpoint, another
+//! program's exclusive lock) fails at once and the caller falls back to the
+//! pool, which waits as it always does; so does a row the hand-written
+//! mapping cannot read. PostgreSQL and in-memory SQLite databases have no
+//! inline reader: the caller uses the pool.
 
 use std::{
     path::PathBuf,
@@ -114,6 +116,93 @@ pub(crate) fn read<T>(
             reader.fell_back.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(error = %err, "inline read failed; reading through the pool");
             None
+        }
+    }
+}
+
+/// Column readers for rows mapped by hand: the same values sqlx decodes
+/// for the entities, or a conversion error (the caller falls back to the
+/// pool, which answers that row's error as it always does).
+pub(crate) mod columns {
+    use chrono::{DateTime, NaiveDateTime, Utc};
+    use entities::states::Vocabulary;
+    use rusqlite::{Row, types::FromSqlError};
+
+    fn failed(index: usize, text: &str, what: &str) -> rusqlite::Error {
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            rusqlite::types::Type::Text,
+            format!("not {what}: {text:?}").into(),
+        )
+    }
+
+    /// A stored word of a closed vocabulary (`live`, `completed`, ...).
+    pub(crate) fn word<T: Vocabulary>(row: &Row<'_>, index: usize) -> rusqlite::Result<T> {
+        let text: String = row.get(index)?;
+        T::parse(&text).ok_or_else(|| failed(index, &text, "a known word"))
+    }
+
+    /// A nullable stored word.
+    pub(crate) fn optional_word<T: Vocabulary>(
+        row: &Row<'_>,
+        index: usize,
+    ) -> rusqlite::Result<Option<T>> {
+        let text: Option<String> = row.get(index)?;
+        text.map(|text| T::parse(&text).ok_or_else(|| failed(index, &text, "a known word")))
+            .transpose()
+    }
+
+    /// An instant as sqlx writes it (RFC 3339), or as SQLite's own
+    /// functions do (`YYYY-MM-DD HH:MM:SS[.f]`, UTC).
+    pub(crate) fn time(row: &Row<'_>, index: usize) -> rusqlite::Result<DateTime<Utc>> {
+        let text: String = row.get(index)?;
+        parse_time(&text).ok_or_else(|| failed(index, &text, "an instant"))
+    }
+
+    /// A nullable instant.
+    pub(crate) fn optional_time(
+        row: &Row<'_>,
+        index: usize,
+    ) -> rusqlite::Result<Option<DateTime<Utc>>> {
+        let text: Option<String> = row.get(index)?;
+        text.map(|text| parse_time(&text).ok_or_else(|| failed(index, &text, "an instant")))
+            .transpose()
+    }
+
+    fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+        if let Ok(at) = text.parse::<DateTime<chrono::FixedOffset>>() {
+            return Some(at.with_timezone(&Utc));
+        }
+        ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f"]
+            .iter()
+            .find_map(|format| NaiveDateTime::parse_from_str(text, format).ok())
+            .map(|naive| naive.and_utc())
+    }
+
+    /// A JSON document stored as text.
+    pub(crate) fn json(row: &Row<'_>, index: usize) -> rusqlite::Result<serde_json::Value> {
+        let text: String = row.get(index)?;
+        serde_json::from_str(&text).map_err(|err| {
+            rusqlite::Error::FromSqlConversionFailure(
+                index,
+                rusqlite::types::Type::Text,
+                Box::new(FromSqlError::Other(Box::new(err))),
+            )
+        })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::parse_time;
+
+        #[test]
+        fn instants_parse_as_sqlx_and_sqlite_write_them() {
+            let expected = "2026-11-26T18:08:47.539020Z".parse().ok();
+            assert_eq!(parse_time("2026-11-26T18:08:47.539020+00:00"), expected);
+            assert_eq!(parse_time("2026-11-26 18:08:47.539020+00:00"), expected);
+            assert_eq!(parse_time("2026-11-26 18:08:47.539020"), expected);
+            assert_eq!(parse_time("2026-11-26T19:08:47.539020+01:00"), expected);
+            assert_eq!(parse_time("yesterday"), None);
         }
     }
 }

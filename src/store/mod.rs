@@ -16,8 +16,9 @@
 //! parsed again each time its values are bound. Every transaction that reads
 //! and then writes starts `IMMEDIATE` ([`begin_write`]) so two writers never
 //! deadlock on a lock upgrade and SQLite never answers `SQLITE_BUSY`
-//! mid-transaction. The hottest point read (`GET /balance`) skips the pool:
-//! [`inline`] runs it on the caller's thread over connections of its own.
+//! mid-transaction. The hottest point reads (`GET /balance`, `GET
+//! /orders/{id}`) skip the pool: [`inline`] runs them on the caller's thread
+//! over connections of its own.
 
 /// WAL pages between automatic checkpoints (about 40 MiB of 4 KiB pages).
 pub const SQLITE_CHECKPOINT_PAGES: u32 = 10_000;

@@ -26,6 +26,7 @@ use crate::domain::{
 mod accept;
 mod claims;
 mod money;
+mod read_inline;
 mod settle;
 
 pub use accept::*;
@@ -96,6 +97,27 @@ pub async fn find_order<C: ConnectionTrait>(
         .filter(order::Column::Mode.eq(mode))
         .one(db)
         .await
+}
+
+/// The partner's order of `mode` with its eSIMs (by unit), read fresh: on
+/// the caller's thread in one snapshot for a SQLite file
+/// ([`super::inline`]), else (or if that read fails) through the pool.
+pub async fn find_order_with_esims(
+    db: &super::Db,
+    inline: Option<&super::inline::InlineReader>,
+    partner_id: &str,
+    mode: Mode,
+    id: &str,
+) -> Result<Option<(order::Model, Vec<esim::Model>)>, DbErr> {
+    let read = |c: &rusqlite::Connection| read_inline::order_with_esims(c, partner_id, mode, id);
+    if let Some(found) = super::inline::read(inline, read) {
+        return Ok(found);
+    }
+    let Some(order) = find_order(db, partner_id, mode, id).await? else {
+        return Ok(None);
+    };
+    let esims = esims_of(db, std::slice::from_ref(&order.id)).await?;
+    Ok(Some((order, esims)))
 }
 
 /// One order by id, whoever owns it (internal use).
