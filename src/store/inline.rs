@@ -10,8 +10,10 @@
 //! would have to wait (a WAL recovery, a truncating checkpoint, another
 //! program's exclusive lock) fails at once and the caller falls back to the
 //! pool, which waits as it always does; so does a row the hand-written
-//! mapping cannot read. PostgreSQL and in-memory SQLite databases have no
-//! inline reader: the caller uses the pool.
+//! mapping cannot read. Each read is a lookup by key of a few pages, so it
+//! holds the async worker for microseconds, less than the hand-off costs;
+//! only such reads belong here, never scans. PostgreSQL and in-memory SQLite
+//! databases have no inline reader: the caller uses the pool.
 
 use std::{
     path::PathBuf,
