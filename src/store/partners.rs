@@ -206,7 +206,7 @@ pub struct FloatView {
     pub tier: String,
     /// The partner's own discount, if it overrides the tier's.
     pub discount_override_bps: Option<i32>,
-    /// Balance under which a webhook warns.
+    /// Balance under which the partner should top up, in cents.
     pub low_balance_threshold_cents: i64,
 }
 
