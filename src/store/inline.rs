@@ -128,7 +128,7 @@ pub(crate) fn read<T>(
 pub(crate) mod columns {
     use chrono::{DateTime, NaiveDateTime, Utc};
     use entities::states::Vocabulary;
-    use rusqlite::{Row, types::FromSqlError};
+    use rusqlite::Row;
 
     fn failed(index: usize, text: &str, what: &str) -> rusqlite::Error {
         rusqlite::Error::FromSqlConversionFailure(
@@ -188,7 +188,7 @@ pub(crate) mod columns {
             rusqlite::Error::FromSqlConversionFailure(
                 index,
                 rusqlite::types::Type::Text,
-                Box::new(FromSqlError::Other(Box::new(err))),
+                Box::new(err),
             )
         })
     }

@@ -8,12 +8,18 @@ use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::{domain::partner::Mode, store::inline::columns};
 
-const ORDER_COLUMNS: &str = "id, partner_id, mode, idempotency_key, plan_id, quantity, \
+/// The order by id, partner and mode: the columns of `order::Model`, in its
+/// field order (a literal, so the statement cache is probed without building
+/// the text on every read).
+const ORDER_BY_ID: &str = "SELECT id, partner_id, mode, idempotency_key, plan_id, quantity, \
     unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
-    failure_code, refunded_cents, attempts, claimed_until, claimed_by, created_at, completed_at";
+    failure_code, refunded_cents, attempts, claimed_until, claimed_by, created_at, completed_at \
+    FROM orders WHERE id = ?1 AND partner_id = ?2 AND mode = ?3";
 
-const ESIM_COLUMNS: &str = "iccid, partner_id, mode, order_id, unit_id, plan_id, status, \
-    smdp_address, matching_id, activation_code, created_at, esim_tran_no";
+/// An order's eSIMs by unit: the columns of `esim::Model`, in its field order.
+const ESIMS_OF_ORDER: &str = "SELECT iccid, partner_id, mode, order_id, unit_id, plan_id, status, \
+    smdp_address, matching_id, activation_code, created_at, esim_tran_no \
+    FROM esims WHERE order_id = ?1 ORDER BY unit_id";
 
 /// The partner's order of `mode` with its eSIMs (by unit), as of one
 /// snapshot; `None` when the partner has no such order.
@@ -25,18 +31,14 @@ pub(crate) fn order_with_esims(
 ) -> rusqlite::Result<Option<(order::Model, Vec<esim::Model>)>> {
     let snapshot = connection.unchecked_transaction()?;
     let found = snapshot
-        .prepare_cached(&format!(
-            "SELECT {ORDER_COLUMNS} FROM orders WHERE id = ?1 AND partner_id = ?2 AND mode = ?3"
-        ))?
+        .prepare_cached(ORDER_BY_ID)?
         .query_row((id, partner_id, mode.as_str()), order_row)
         .optional()?;
     let Some(found) = found else {
         return Ok(None);
     };
     let esims = snapshot
-        .prepare_cached(&format!(
-            "SELECT {ESIM_COLUMNS} FROM esims WHERE order_id = ?1 ORDER BY unit_id"
-        ))?
+        .prepare_cached(ESIMS_OF_ORDER)?
         .query_map([id], esim_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     snapshot.finish()?;
