@@ -432,14 +432,7 @@ pub async fn ping(db: &Db) -> Result<(), DbErr> {
 /// arrival order and without sleeping; the busy handler still covers other
 /// processes. The gate is held until the transaction ends.
 pub async fn begin_write(db: &Db) -> Result<WriteTxn, DbErr> {
-    let turn = match write_gate(db) {
-        Some((gate, wait)) => Some(
-            tokio::time::timeout(wait, gate.lock_owned())
-                .await
-                .map_err(|_| DbErr::Custom("database is locked (write queue)".into()))?,
-        ),
-        None => None,
-    };
+    let turn = write_turn(db).await?;
     let options = TransactionOptions {
         sqlite_transaction_mode: (db.get_database_backend() == DbBackend::Sqlite)
             .then_some(SqliteTransactionMode::Immediate),
@@ -447,6 +440,33 @@ pub async fn begin_write(db: &Db) -> Result<WriteTxn, DbErr> {
     };
     let txn = db.begin_with_options(options).await?;
     Ok(WriteTxn { txn, _turn: turn })
+}
+
+/// Runs `write`, one statement outside any transaction (SQLite commits it
+/// by itself), in this process's turn to write, as [`begin_write`] does for
+/// a transaction. An ungated write takes SQLite's lock behind the gate's
+/// back: the gated transaction that finds it held sleeps in the busy handler
+/// with the gate in its hands (every writer of the process waits behind
+/// it), and the write that finds a gated transaction sleeps in 1 to 100 ms
+/// steps however soon the lock frees. On PostgreSQL it simply runs.
+pub(crate) async fn write_alone<T>(
+    db: &Db,
+    write: impl Future<Output = Result<T, DbErr>>,
+) -> Result<T, DbErr> {
+    let _turn = write_turn(db).await?;
+    write.await
+}
+
+/// This process's turn to write to its SQLite file, waited for in arrival
+/// order at most the busy timeout; `None` (no turn needed) on PostgreSQL.
+async fn write_turn(db: &Db) -> Result<Option<OwnedMutexGuard<()>>, DbErr> {
+    let Some((gate, wait)) = write_gate(db) else {
+        return Ok(None);
+    };
+    tokio::time::timeout(wait, gate.lock_owned())
+        .await
+        .map(Some)
+        .map_err(|_| DbErr::Custom("database is locked (write queue)".into()))
 }
 
 /// A write transaction and, on SQLite, this process's turn to write.
@@ -589,11 +609,20 @@ pub(super) mod tests {
     /// A fresh SQLite file opened as the service opens it; the folder goes
     /// with the first value.
     pub(super) async fn sqlite_file_db(name: &str, connections: u32) -> (tempfile::TempDir, Db) {
+        sqlite_file_db_waiting(name, connections, 5_000).await
+    }
+
+    /// The same, with its own busy timeout (which bounds the gate's wait too).
+    async fn sqlite_file_db_waiting(
+        name: &str,
+        connections: u32,
+        busy_timeout_ms: u64,
+    ) -> (tempfile::TempDir, Db) {
         let dir = tempfile::tempdir().unwrap();
         let settings = DatabaseSettings {
             url: format!("sqlite://{}/{name}", dir.path().display()),
             max_connections: connections,
-            busy_timeout_ms: 5_000,
+            busy_timeout_ms,
             probe_timeout_ms: 1_000,
         };
         let db = connect(&settings).await.unwrap();
@@ -618,6 +647,49 @@ pub(super) mod tests {
             .unwrap();
         next.await.unwrap();
         assert!(gate.try_lock().is_ok(), "the turn is free once both ended");
+    }
+
+    #[tokio::test]
+    async fn a_write_alone_queues_on_the_gate_and_never_reaches_sqlite_s_lock() {
+        let (_dir, db) = sqlite_file_db_waiting("alone.db", 4, 300).await;
+        db.execute_unprepared("CREATE TABLE marks (n INTEGER NOT NULL)")
+            .await
+            .unwrap();
+        let insert = |n: i64| {
+            let db = db.clone();
+            async move {
+                let sql = format!("INSERT INTO marks (n) VALUES ({n})");
+                db.execute_unprepared(&sql).await.map(|_| ())
+            }
+        };
+        let held = begin_write(&db).await.unwrap();
+        held.execute_unprepared("INSERT INTO marks (n) VALUES (1)")
+            .await
+            .unwrap();
+        // While a transaction holds the turn, the write waits at the gate and
+        // gives up with the gate's error: it never went to SQLite's lock
+        // (whose refusal, after sleeping in the busy handler, would be a
+        // plain `database is locked`).
+        let refused = write_alone(&db, insert(2)).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("(write queue)"),
+            "refused at the gate, not by SQLite: {refused}"
+        );
+        held.commit().await.unwrap();
+        write_alone(&db, insert(3))
+            .await
+            .expect("its turn comes once the transaction ended");
+        let marks: Vec<i64> = db
+            .query_all_raw(sea_orm::Statement::from_string(
+                DbBackend::Sqlite,
+                "SELECT n FROM marks ORDER BY n",
+            ))
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.try_get_by_index::<i64>(0).unwrap())
+            .collect();
+        assert_eq!(marks, vec![1, 3], "the refused write wrote nothing");
     }
 
     #[tokio::test]

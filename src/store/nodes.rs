@@ -8,15 +8,17 @@ use sea_orm::{
     sea_query::{Expr, OnConflict, Query, SelectStatement},
 };
 
+use super::{Db, write_alone};
+
 /// Says that `id` is alive at `now` (and, on its first beat, that it
 /// started at `started_at`, clearing a stop of an earlier incarnation).
-pub async fn beat<C: ConnectionTrait>(
-    db: &C,
+pub async fn beat(
+    db: &Db,
     id: &str,
     started_at: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
-    node::Entity::insert(node::ActiveModel::from(node::Model {
+    let insert = node::Entity::insert(node::ActiveModel::from(node::Model {
         id: id.to_owned(),
         started_at,
         heartbeat_at: now,
@@ -30,10 +32,10 @@ pub async fn beat<C: ConnectionTrait>(
                 node::Column::StoppedAt,
             ])
             .to_owned(),
-    )
-    .exec_without_returning(db)
-    .await
-    .map(|_| ())
+    );
+    write_alone(db, insert.exec_without_returning(db))
+        .await
+        .map(|_| ())
 }
 
 /// Says that `id` stopped cleanly: its claims are free for others at once.

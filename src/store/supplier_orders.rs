@@ -9,6 +9,7 @@ use sea_orm::{
     sea_query::{Expr, ExprTrait},
 };
 
+use super::{Db, write_alone};
 use crate::domain::states::{SupplierOrderStatus, UnitStatus};
 
 use SupplierOrderStatus::{Placed, Placing};
@@ -63,14 +64,14 @@ pub(crate) async fn units_of<C: ConnectionTrait>(
 
 /// Records the supplier's order number (and its price per profile, when it
 /// said): the order is placed.
-pub(crate) async fn placed<C: ConnectionTrait>(
-    db: &C,
+pub(crate) async fn placed(
+    db: &Db,
     id: &str,
     order_no: &str,
     unit_cost_cents: Option<i64>,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
-    supplier_order::Entity::update_many()
+    let update = supplier_order::Entity::update_many()
         .col_expr(supplier_order::Column::OrderNo, Expr::value(Some(order_no)))
         .col_expr(
             supplier_order::Column::UnitCostCents,
@@ -79,15 +80,13 @@ pub(crate) async fn placed<C: ConnectionTrait>(
         .col_expr(supplier_order::Column::Status, Expr::value(Placed))
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
         .filter(supplier_order::Column::Id.eq(id))
-        .filter(supplier_order::Column::Status.eq(Placing))
-        .exec(db)
-        .await
-        .map(|_| ())
+        .filter(supplier_order::Column::Status.eq(Placing));
+    write_alone(db, update.exec(db)).await.map(|_| ())
 }
 
 /// Moves a supplier order to a final status (`allocated` or `failed`).
-pub(crate) async fn finish<C: ConnectionTrait>(
-    db: &C,
+pub(crate) async fn finish(
+    db: &Db,
     id: &str,
     status: SupplierOrderStatus,
     error: Option<&str>,
@@ -100,70 +99,60 @@ pub(crate) async fn finish<C: ConnectionTrait>(
     if let Some(error) = error {
         update = update.col_expr(supplier_order::Column::LastError, Expr::value(Some(error)));
     }
-    update
+    let update = update
         .filter(supplier_order::Column::Id.eq(id))
-        .filter(supplier_order::Column::Status.is_in([Placing, Placed]))
-        .exec(db)
-        .await
-        .map(|_| ())
+        .filter(supplier_order::Column::Status.is_in([Placing, Placed]));
+    write_alone(db, update.exec(db)).await.map(|_| ())
 }
 
 /// Counts a placement call that settled nothing; returns the attempts so far.
-pub(crate) async fn failed_attempt<C: ConnectionTrait>(
-    db: &C,
+pub(crate) async fn failed_attempt(
+    db: &Db,
     id: &str,
     error: &str,
     now: DateTime<Utc>,
 ) -> Result<i32, DbErr> {
     let error: String = error.chars().take(500).collect();
-    supplier_order::Entity::update_many()
+    let update = supplier_order::Entity::update_many()
         .col_expr(
             supplier_order::Column::Attempts,
             Expr::col(supplier_order::Column::Attempts).add(1),
         )
         .col_expr(supplier_order::Column::LastError, Expr::value(Some(error)))
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
-        .filter(supplier_order::Column::Id.eq(id))
-        .exec(db)
-        .await?;
+        .filter(supplier_order::Column::Id.eq(id));
+    write_alone(db, update.exec(db)).await?;
     Ok(get(db, id).await?.map(|row| row.attempts).unwrap_or(0))
 }
 
 /// Counts a placement call about to be sent (`by` = 1), or takes one back
 /// (`by` = -1) when it certainly never left; returns the count after.
-pub(crate) async fn count_sent<C: ConnectionTrait>(
-    db: &C,
+pub(crate) async fn count_sent(
+    db: &Db,
     id: &str,
     by: i32,
     now: DateTime<Utc>,
 ) -> Result<i32, DbErr> {
-    supplier_order::Entity::update_many()
+    let update = supplier_order::Entity::update_many()
         .col_expr(
             supplier_order::Column::CallsSent,
             Expr::col(supplier_order::Column::CallsSent).add(by),
         )
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
-        .filter(supplier_order::Column::Id.eq(id))
-        .exec(db)
-        .await?;
+        .filter(supplier_order::Column::Id.eq(id));
+    write_alone(db, update.exec(db)).await?;
     Ok(get(db, id).await?.map(|row| row.calls_sent).unwrap_or(0))
 }
 
 /// The supplier's own lookup proved it has no order under this id: nothing
 /// sent so far was taken.
-pub(crate) async fn none_taken<C: ConnectionTrait>(
-    db: &C,
-    id: &str,
-    now: DateTime<Utc>,
-) -> Result<(), DbErr> {
-    supplier_order::Entity::update_many()
+pub(crate) async fn none_taken(db: &Db, id: &str, now: DateTime<Utc>) -> Result<(), DbErr> {
+    let update = supplier_order::Entity::update_many()
         .col_expr(supplier_order::Column::CallsSent, Expr::value(0))
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
         .filter(supplier_order::Column::Id.eq(id))
-        .filter(supplier_order::Column::Status.eq(Placing))
-        .exec(db)
-        .await
-        .map(|_| ())
+        .filter(supplier_order::Column::Status.eq(Placing));
+    write_alone(db, update.exec(db)).await.map(|_| ())
 }
 
 /// Hands the units of a supplier order that will certainly not deliver to

@@ -8,8 +8,8 @@ use super::*;
 /// is not alive (no heartbeat since `alive_since`, or it stopped), or `node`
 /// holds it already (the claim made at acceptance, or one of its earlier
 /// incarnation). Counts a pass.
-pub async fn claim<C: ConnectionTrait>(
-    db: &C,
+pub async fn claim(
+    db: &Db,
     order_id: &str,
     node: &str,
     now: DateTime<Utc>,
@@ -25,15 +25,14 @@ pub async fn claim<C: ConnectionTrait>(
         )
         .filter(order::Column::Id.eq(order_id))
         .filter(order::Column::Status.eq(OrderStatus::Processing))
-        .filter(claim_is_free(now, alive_since).add(order::Column::ClaimedBy.eq(node)))
-        .exec(db)
-        .await?;
+        .filter(claim_is_free(now, alive_since).add(order::Column::ClaimedBy.eq(node)));
+    let result = write_alone(db, result.exec(db)).await?;
     Ok(result.rows_affected == 1)
 }
 
 /// Extends `node`'s claim on an order to `until`, or says why it could not.
-pub async fn renew<C: ConnectionTrait>(
-    db: &C,
+pub async fn renew(
+    db: &Db,
     order_id: &str,
     node: &str,
     until: DateTime<Utc>,
@@ -47,8 +46,8 @@ pub async fn renew<C: ConnectionTrait>(
 /// statement whatever their number (and one read of the orders it did not
 /// move, when there are any), and says for each order what it found: a node renews
 /// every claim it works on together instead of one statement per order.
-pub async fn renew_many<C: ConnectionTrait>(
-    db: &C,
+pub async fn renew_many(
+    db: &Db,
     order_ids: &[String],
     node: &str,
     until: DateTime<Utc>,
@@ -63,9 +62,8 @@ pub async fn renew_many<C: ConnectionTrait>(
         .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
         .filter(bulk::column_in(db, order::Column::Id, ids()))
         .filter(order::Column::Status.eq(OrderStatus::Processing))
-        .filter(order::Column::ClaimedBy.eq(node))
-        .exec(db)
-        .await?;
+        .filter(order::Column::ClaimedBy.eq(node));
+    let moved = write_alone(db, moved.exec(db)).await?;
     if moved.rows_affected as usize == renewals.len() {
         return Ok(renewals);
     }
@@ -108,8 +106,8 @@ pub enum Renewal {
 }
 
 /// Lets go of `node`'s claim after a pass; another node's claim is left alone.
-pub async fn release<C: ConnectionTrait>(db: &C, order_id: &str, node: &str) -> Result<(), DbErr> {
-    order::Entity::update_many()
+pub async fn release(db: &Db, order_id: &str, node: &str) -> Result<(), DbErr> {
+    let update = order::Entity::update_many()
         .col_expr(
             order::Column::ClaimedUntil,
             Expr::value(Option::<DateTime<Utc>>::None),
@@ -119,10 +117,8 @@ pub async fn release<C: ConnectionTrait>(db: &C, order_id: &str, node: &str) -> 
             Expr::value(Option::<String>::None),
         )
         .filter(order::Column::Id.eq(order_id))
-        .filter(order::Column::ClaimedBy.eq(node))
-        .exec(db)
-        .await
-        .map(|_| ())
+        .filter(order::Column::ClaimedBy.eq(node));
+    write_alone(db, update.exec(db)).await.map(|_| ())
 }
 
 /// Orders still `processing` that nobody holds, created before `older_than`:

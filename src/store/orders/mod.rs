@@ -14,7 +14,7 @@ use sea_orm::{
     sea_query::{Expr, ExprTrait},
 };
 
-use super::{bulk, nodes};
+use super::{Db, bulk, nodes, write_alone};
 use crate::domain::{
     ids::LedgerEntryId,
     order::{self as rules, FailureCode, OrderStatus, UnitStatus},
