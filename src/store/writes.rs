@@ -1,8 +1,10 @@
 //! This process's turn to write. SQLite takes one writer at a time; the
-//! writers of this process (transactions and single-statement writes alike)
+//! writers of this process (every transaction, and the single-statement
+//! writes of the order path: claims, supplier-order bookkeeping, heartbeats)
 //! queue for it on one in-process gate per database file, in arrival order,
 //! instead of meeting at SQLite's lock, where the loser sleeps in the busy
-//! handler. PostgreSQL takes concurrent writers: there is no gate.
+//! handler. The rarer lone writes (operator actions, deposits, audit rows)
+//! still meet the lock. PostgreSQL takes concurrent writers: there is no gate.
 
 use std::{
     collections::HashMap,
