@@ -11,7 +11,10 @@
 //! A job whose guard fires (another node moved that float) is answered alone
 //! and the others are committed again without it; a unique key that lost a
 //! race fails the shared statement, and then each job is committed in its
-//! own savepoint so that only the job that lost is refused.
+//! own savepoint so that only the job that lost is refused. On a SQLite
+//! file the shared transaction runs on the writer's own thread
+//! ([`store::inline_write`]), none of its statements handed to sqlx's
+//! connection thread; anything but a fired guard sends it through the pool.
 //!
 //! The actors' reads of their unknown Idempotency-Keys, one per batch, are
 //! merged the same way: a key reader task answers every lookup queued behind
@@ -28,6 +31,7 @@ use crate::{
     domain::{ordering::Binding, time},
     store::{
         self, Db,
+        inline_write::{InlineFailed, InlineWriter},
         orders::{AcceptError, Balances, PartnerBatch, SharedError},
     },
 };
@@ -73,10 +77,14 @@ impl CommitWriter {
         tokio::spawn(read_bindings(db.clone(), questions));
         let (queue, mut incoming) = mpsc::channel::<Queued>(1024);
         tokio::spawn(async move {
+            let mut committer = Committer {
+                inline: InlineWriter::for_db(&db),
+                db,
+            };
             // Waits for one job and takes every one queued behind it.
             let mut jobs = Vec::with_capacity(MAX_JOBS);
             while incoming.recv_many(&mut jobs, MAX_JOBS).await > 0 {
-                commit_jobs(&db, std::mem::take(&mut jobs)).await;
+                committer.commit_jobs(std::mem::take(&mut jobs)).await;
             }
         });
         Self { queue, lookups }
@@ -154,76 +162,126 @@ async fn read_bindings(db: Db, mut questions: mpsc::Receiver<Lookup>) {
     }
 }
 
-/// Commits queued jobs, each partner at most once per transaction (an actor
-/// waits for its answer before it hands over another job, so a second job
-/// of one partner comes only from a restarted actor; it goes in a next round).
-async fn commit_jobs(db: &Db, jobs: Vec<Queued>) {
-    let mut rest = jobs;
-    while !rest.is_empty() {
-        let mut seen = HashSet::new();
-        let (round, later): (Vec<Queued>, Vec<Queued>) = rest
-            .into_iter()
-            .partition(|(job, _)| seen.insert(job.batch.partner_id.clone()));
-        commit_round(db, round).await;
-        rest = later;
-    }
+/// What the writer task commits through.
+struct Committer {
+    /// The database (the pool).
+    db: Db,
+    /// On a SQLite file, the connection that runs a shared commit on the
+    /// task's own thread ([`store::inline_write`]).
+    inline: Option<InlineWriter>,
 }
 
-/// Commits jobs of distinct partners in one transaction; a job whose debit
-/// guard fires is answered `Insufficient` and the rest committed without it.
-async fn commit_round(db: &Db, jobs: Vec<Queued>) {
-    let mut open = jobs;
-    while !open.is_empty() {
-        let now = open
-            .iter()
-            .map(|(job, _)| job.now)
-            .max()
-            .unwrap_or_else(time::now);
-        let batches: Vec<&PartnerBatch> = open.iter().map(|(job, _)| &job.batch).collect();
-        match commit_shared(db, &batches, now).await {
-            Ok(balances) => {
-                for ((_, answer), balances) in open.into_iter().zip(balances) {
-                    let _ = answer.send(Ok(balances));
-                }
-                return;
-            }
-            Err(SharedError::Fired(fired)) => {
-                let mut kept = Vec::with_capacity(open.len());
-                for (index, (job, answer)) in open.into_iter().enumerate() {
-                    if fired.contains(&index) {
-                        let _ = answer.send(Err(AcceptError::Insufficient));
-                    } else {
-                        kept.push((job, answer));
+impl Committer {
+    /// Commits queued jobs, each partner at most once per transaction (an actor
+    /// waits for its answer before it hands over another job, so a second job
+    /// of one partner comes only from a restarted actor; it goes in a next round).
+    async fn commit_jobs(&mut self, jobs: Vec<Queued>) {
+        let mut rest = jobs;
+        while !rest.is_empty() {
+            let mut seen = HashSet::new();
+            let (round, later): (Vec<Queued>, Vec<Queued>) = rest
+                .into_iter()
+                .partition(|(job, _)| seen.insert(job.batch.partner_id.clone()));
+            self.commit_round(round).await;
+            rest = later;
+        }
+    }
+
+    /// Commits jobs of distinct partners in one transaction; a job whose debit
+    /// guard fires is answered `Insufficient` and the rest committed without it.
+    async fn commit_round(&mut self, jobs: Vec<Queued>) {
+        let mut open = jobs;
+        while !open.is_empty() {
+            let now = open
+                .iter()
+                .map(|(job, _)| job.now)
+                .max()
+                .unwrap_or_else(time::now);
+            let batches: Vec<&PartnerBatch> = open.iter().map(|(job, _)| &job.batch).collect();
+            match self.commit_shared(&batches, now).await {
+                Ok(balances) => {
+                    for ((_, answer), balances) in open.into_iter().zip(balances) {
+                        let _ = answer.send(Ok(balances));
                     }
+                    return;
                 }
-                open = kept;
-            }
-            Err(SharedError::Db(err)) if open.len() > 1 => {
-                tracing::info!(jobs = open.len(), error = %err, "shared commit refused; committing its jobs one by one");
-                return commit_each(db, open).await;
-            }
-            Err(SharedError::Db(err)) => {
-                for (_, answer) in open {
-                    let _ = answer.send(Err(AcceptError::Db(err.clone())));
+                Err(SharedError::Fired(fired)) => {
+                    let mut kept = Vec::with_capacity(open.len());
+                    for (index, (job, answer)) in open.into_iter().enumerate() {
+                        if fired.contains(&index) {
+                            let _ = answer.send(Err(AcceptError::Insufficient));
+                        } else {
+                            kept.push((job, answer));
+                        }
+                    }
+                    open = kept;
                 }
-                return;
+                Err(SharedError::Db(err)) if open.len() > 1 => {
+                    tracing::info!(jobs = open.len(), error = %err, "shared commit refused; committing its jobs one by one");
+                    return commit_each(&self.db, open).await;
+                }
+                Err(SharedError::Db(err)) => {
+                    for (_, answer) in open {
+                        let _ = answer.send(Err(AcceptError::Db(err.clone())));
+                    }
+                    return;
+                }
             }
         }
     }
-}
 
-/// One transaction for many partners' batches; dropped (rolled back) on error.
-async fn commit_shared(
-    db: &Db,
-    batches: &[&PartnerBatch],
-    now: DateTime<Utc>,
-) -> Result<Vec<Balances>, SharedError> {
-    let txn = store::begin_write(db).await?;
-    let balances = store::orders::accept_batches(&txn, batches, now).await?;
-    txn.commit().await?;
-    let written = batches.iter().map(|b| b.written()).sum();
-    crate::metrics::orders_committed("shared", batches.len(), written);
-    Ok(balances)
+    /// One transaction for many partners' batches; rolled back on error. On a
+    /// SQLite file it runs inline, and through the pool if the inline
+    /// transaction fails for any reason but a fired guard (the pool's answer,
+    /// a lost race or the database's own error, is then the one given).
+    async fn commit_shared(
+        &mut self,
+        batches: &[&PartnerBatch],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Balances>, SharedError> {
+        let balances = match self.commit_inline(batches, now).await {
+            Some(done) => done?,
+            None => {
+                let txn = store::begin_write(&self.db).await?;
+                let balances = store::orders::accept_batches(&txn, batches, now).await?;
+                txn.commit().await?;
+                balances
+            }
+        };
+        let written = batches.iter().map(|b| b.written()).sum();
+        crate::metrics::orders_committed("shared", batches.len(), written);
+        Ok(balances)
+    }
+
+    /// The shared commit on the inline writer: `None` without one, or when it
+    /// failed for a reason the pool should see for itself.
+    async fn commit_inline(
+        &mut self,
+        batches: &[&PartnerBatch],
+        now: DateTime<Utc>,
+    ) -> Option<Result<Vec<Balances>, SharedError>> {
+        let inline = self.inline.as_mut()?;
+        let done = inline
+            .transaction(|connection| {
+                store::orders::accept_batches_inline(connection, batches, now)
+            })
+            .await;
+        match done {
+            Ok(balances) => {
+                crate::metrics::inline_commit("committed");
+                Some(Ok(balances))
+            }
+            Err(InlineFailed::Refused(fired)) => {
+                crate::metrics::inline_commit("refused");
+                Some(Err(SharedError::Fired(fired)))
+            }
+            Err(InlineFailed::Unavailable(err)) => {
+                crate::metrics::inline_commit("fell_back");
+                tracing::debug!(error = %err, "inline shared commit failed; committing through the pool");
+                None
+            }
+        }
+    }
 }
 
 /// Commits jobs in one transaction, each inside its own savepoint, so that a

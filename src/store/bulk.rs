@@ -31,19 +31,27 @@ where
     E: EntityTrait,
     C: ConnectionTrait,
 {
-    if models.is_empty() {
-        return Ok(());
+    match insert_statement::<E>(db.get_database_backend(), models)? {
+        Some(insert) => db.execute_raw(insert).await.map(|_| ()),
+        None => Ok(()),
     }
-    let backend = db.get_database_backend();
+}
+
+/// The statement [`insert_models`] runs (`None` for no rows).
+pub(crate) fn insert_statement<E: EntityTrait>(
+    backend: DbBackend,
+    models: &[E::Model],
+) -> Result<Option<Statement>, DbErr> {
+    if models.is_empty() {
+        return Ok(None);
+    }
     let rows = rows_json::<E>(models)?;
     let sql = insert_sql::<E>(backend);
-    db.execute_raw(Statement::from_sql_and_values(
+    Ok(Some(Statement::from_sql_and_values(
         backend,
         sql,
         [Value::from(rows)],
-    ))
-    .await
-    .map(|_| ())
+    )))
 }
 
 /// `column IN (ids)` with the ids in one JSON parameter, for a filter whose
@@ -194,7 +202,7 @@ fn write_value(out: &mut String, value: Value) -> Result<(), DbErr> {
 /// A timestamp in the exact text the SQLite driver stores (RFC 3339, `+00:00`,
 /// as many fraction digits as needed), so stored values keep comparing as
 /// text; PostgreSQL parses the same text.
-fn timestamp(t: &DateTime<Utc>) -> String {
+pub(crate) fn timestamp(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, false)
 }
 
@@ -205,7 +213,15 @@ pub(crate) fn portable<C: ConnectionTrait>(
     sql: &str,
     values: Vec<sea_orm::Value>,
 ) -> Statement {
-    let backend = db.get_database_backend();
+    portable_for(db.get_database_backend(), sql, values)
+}
+
+/// [`portable`] for a backend named rather than a connection.
+pub(crate) fn portable_for(
+    backend: DbBackend,
+    sql: &str,
+    values: Vec<sea_orm::Value>,
+) -> Statement {
     let sql = match backend {
         DbBackend::Sqlite => {
             let mut out = String::with_capacity(sql.len());

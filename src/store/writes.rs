@@ -60,7 +60,7 @@ pub(crate) async fn write_alone<T>(
 
 /// This process's turn to write to its SQLite file, waited for in arrival
 /// order at most the busy timeout; `None` (no turn needed) on PostgreSQL.
-async fn write_turn(db: &Db) -> Result<Option<OwnedMutexGuard<()>>, DbErr> {
+pub(super) async fn write_turn(db: &Db) -> Result<Option<OwnedMutexGuard<()>>, DbErr> {
     let Some((gate, wait)) = write_gate(db) else {
         return Ok(None);
     };

@@ -2,6 +2,8 @@
 //! units it opens and the one transaction that persists it.
 
 use super::*;
+use crate::store::inline_write::{self, InlineFailed};
+use sea_orm::{DbBackend, Statement};
 
 /// An order ready to be written.
 #[derive(Debug, Clone)]
@@ -221,8 +223,71 @@ pub async fn accept_batches<C: ConnectionTrait>(
     batches: &[&PartnerBatch],
     now: DateTime<Utc>,
 ) -> Result<Vec<Balances>, SharedError> {
+    let backend = txn.get_database_backend();
     let debits = debits_of(batches);
-    let moved = move_floats(txn, &debits, now).await?;
+    let mut floats = Vec::with_capacity(debits.len());
+    if let Some(debit) = debit_statement(backend, &debits, now) {
+        for row in txn.query_all_raw(debit).await? {
+            floats.push((
+                row.try_get("", "partner_id")?,
+                row.try_get("", "mode")?,
+                row.try_get("", "balance_cents")?,
+                row.try_get("", "next_seq")?,
+            ));
+        }
+    }
+    let after = writes_after_debit(backend, batches, &debits, moved_floats(floats)?, now)?;
+    for insert in after.inserts {
+        txn.execute_raw(insert).await?;
+    }
+    Ok(after.balances)
+}
+
+/// [`accept_batches`] on the inline writer's connection (SQLite), in the
+/// transaction it holds: the same statements, none handed to another thread.
+/// A fired debit guard is `Refused` with the batches it fired for.
+pub(crate) fn accept_batches_inline(
+    connection: &rusqlite::Connection,
+    batches: &[&PartnerBatch],
+    now: DateTime<Utc>,
+) -> Result<Vec<Balances>, InlineFailed<BTreeSet<usize>>> {
+    let backend = DbBackend::Sqlite;
+    let debits = debits_of(batches);
+    let floats = match debit_statement(backend, &debits, now) {
+        Some(debit) => inline_write::query(connection, &debit, |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?,
+        None => Vec::new(),
+    };
+    let moved = moved_floats(floats).map_err(InlineFailed::Unavailable)?;
+    let after = match writes_after_debit(backend, batches, &debits, moved, now) {
+        Ok(after) => after,
+        Err(SharedError::Fired(fired)) => return Err(InlineFailed::Refused(fired)),
+        Err(SharedError::Db(err)) => return Err(InlineFailed::Unavailable(err)),
+    };
+    for insert in &after.inserts {
+        inline_write::execute(connection, insert)?;
+    }
+    Ok(after.balances)
+}
+
+/// What a shared commit writes once its floats are debited.
+struct AfterDebit {
+    /// Each batch's balances after, in order.
+    balances: Vec<Balances>,
+    /// The inserts of orders, units, key bindings and purchase rows.
+    inserts: Vec<Statement>,
+}
+
+/// The batches' balances and inserts given the floats the debit moved, or
+/// the batches whose float it did not move (their guard fired).
+fn writes_after_debit(
+    backend: DbBackend,
+    batches: &[&PartnerBatch],
+    debits: &[Debit],
+    moved: Moved,
+    now: DateTime<Utc>,
+) -> Result<AfterDebit, SharedError> {
     let fired: BTreeSet<usize> = debits
         .iter()
         .filter(|d| !moved.contains_key(&(d.partner_id.clone(), d.mode)))
@@ -250,11 +315,16 @@ pub async fn accept_batches<C: ConnectionTrait>(
         .flat_map(|o| pending_units(o, now))
         .collect();
     let key_rows = key_rows_in_lock_order(batches, now);
-    bulk::insert_models::<order::Entity, _>(txn, &order_rows).await?;
-    bulk::insert_models::<order_unit::Entity, _>(txn, &unit_rows).await?;
-    bulk::insert_models::<idempotency_key::Entity, _>(txn, &key_rows).await?;
-    bulk::insert_models::<ledger_entry::Entity, _>(txn, &ledger_rows).await?;
-    Ok(balances)
+    let inserts = [
+        bulk::insert_statement::<order::Entity>(backend, &order_rows)?,
+        bulk::insert_statement::<order_unit::Entity>(backend, &unit_rows)?,
+        bulk::insert_statement::<idempotency_key::Entity>(backend, &key_rows)?,
+        bulk::insert_statement::<ledger_entry::Entity>(backend, &ledger_rows)?,
+    ];
+    Ok(AfterDebit {
+        balances,
+        inserts: inserts.into_iter().flatten().collect(),
+    })
 }
 
 /// One float a shared commit debits: a batch's total in one mode.
@@ -396,17 +466,13 @@ fn key_rows(batch: &PartnerBatch, now: DateTime<Utc>) -> Vec<idempotency_key::Mo
     orders.chain(refusals).collect()
 }
 
-/// Debits every float of `debits` in one conditional statement and reads
-/// back the floats it moved: (partner, mode) -> (balance after, next seq
-/// after). A float missing from the answer would have gone below zero and
-/// was not touched.
-async fn move_floats<C: ConnectionTrait>(
-    db: &C,
-    debits: &[Debit],
-    now: DateTime<Utc>,
-) -> Result<HashMap<(String, Mode), (i64, i64)>, DbErr> {
+/// The statement that debits every float of `debits` at once, guarded, and
+/// returns the floats it moved: (partner, mode, balance after, next seq
+/// after). A float missing from its answer would have gone below zero and
+/// was not touched. `None` when nothing is debited.
+fn debit_statement(backend: DbBackend, debits: &[Debit], now: DateTime<Utc>) -> Option<Statement> {
     if debits.is_empty() {
-        return Ok(HashMap::new());
+        return None;
     }
     // In key order, so that two nodes' shared commits lock the floats they
     // both touch in the same order rather than each waiting on the other.
@@ -416,7 +482,7 @@ async fn move_floats<C: ConnectionTrait>(
         .iter()
         .map(|d| serde_json::json!({"p": d.partner_id, "m": d.mode.as_str(), "t": d.total, "n": d.count}))
         .collect();
-    let source = match db.get_database_backend() {
+    let source = match backend {
         sea_orm::DbBackend::Postgres => {
             "jsonb_to_recordset($2::jsonb) AS d(p text, m text, t bigint, n bigint)"
         }
@@ -434,20 +500,19 @@ async fn move_floats<C: ConnectionTrait>(
          RETURNING \"floats\".\"partner_id\", \"floats\".\"mode\", \"floats\".\"balance_cents\", \"floats\".\"next_seq\""
     );
     let values = vec![now.into(), serde_json::Value::from(rows).to_string().into()];
-    let moved = db.query_all_raw(bulk::portable(db, &sql, values)).await?;
-    moved
-        .into_iter()
-        .map(|row| {
-            let mode: String = row.try_get("", "mode")?;
+    Some(bulk::portable_for(backend, &sql, values))
+}
+
+/// The floats a debit moved: (partner, mode) -> (balance after, next seq after).
+type Moved = HashMap<(String, Mode), (i64, i64)>;
+
+/// The debit's answer by float.
+fn moved_floats(rows: Vec<(String, String, i64, i64)>) -> Result<Moved, DbErr> {
+    rows.into_iter()
+        .map(|(partner_id, mode, balance, next_seq)| {
             let mode = Mode::parse(&mode)
                 .ok_or_else(|| DbErr::Custom(format!("a float of unknown mode {mode}")))?;
-            Ok((
-                (row.try_get("", "partner_id")?, mode),
-                (
-                    row.try_get("", "balance_cents")?,
-                    row.try_get("", "next_seq")?,
-                ),
-            ))
+            Ok(((partner_id, mode), (balance, next_seq)))
         })
         .collect()
 }

@@ -1,0 +1,314 @@
+//! Write transactions on the caller's thread, for the shared commit of the
+//! account actors on a SQLite file.
+//!
+//! sqlx hands every statement of a SQLite connection to that connection's
+//! own worker thread and the answer back: a shared commit (`BEGIN`, one
+//! debit, four inserts, `COMMIT`) is seven round trips between threads, and
+//! under load each costs more than the statement it carries, all of it with
+//! the process's write gate held. Here the same statements run on the
+//! caller's thread over one connection of their own, after the caller has
+//! taken the gate like every writer ([`super::begin_write`]). The connection
+//! never waits for SQLite's lock (busy timeout zero): holding the gate, it
+//! finds the lock taken only by another program, and then, as on any error,
+//! the transaction is rolled back and the caller commits through the pool,
+//! which waits as it always does. A transaction that began holds SQLite's
+//! write lock and meets no other writer until its `COMMIT`.
+//!
+//! The connection is set up as the pool's are (WAL, `synchronous=FULL`,
+//! foreign keys), so what it commits is as durable and as checked as what
+//! the pool commits; only checkpoints are left to the pool's connections. PostgreSQL and in-memory
+//! SQLite databases have no inline writer.
+
+use std::{path::Path, time::Duration};
+
+use rusqlite::{Connection, OpenFlags, types::Value as Cell};
+use sea_orm::{DbErr, Statement, Value};
+
+use super::{Db, bulk, sqlite_file, writes::write_turn};
+
+/// A connection that writes a SQLite file on the caller's thread. Owned by
+/// the one task that commits through it.
+pub struct InlineWriter {
+    /// The pool's database, whose write gate the writer takes.
+    db: Db,
+    /// The writer's own connection to the same file.
+    connection: Connection,
+}
+
+/// Why an inline transaction did not commit.
+#[derive(Debug)]
+pub enum InlineFailed<E> {
+    /// The work itself decided not to commit (rolled back; nothing written).
+    Refused(E),
+    /// SQLite or a value the writer cannot bind refused it (rolled back;
+    /// nothing written): commit through the pool instead.
+    Unavailable(DbErr),
+}
+
+impl InlineWriter {
+    /// An inline writer of `db`'s file; `None` for PostgreSQL, an in-memory
+    /// SQLite database, or a file the writer cannot open as the pool does.
+    pub fn for_db(db: &Db) -> Option<Self> {
+        let file = sqlite_file(db).filter(|file| file.is_file())?;
+        match open(&file) {
+            Ok(connection) => Some(Self {
+                db: db.clone(),
+                connection,
+            }),
+            Err(err) => {
+                tracing::warn!(error = %err, "no inline writer; shared commits go through the pool");
+                None
+            }
+        }
+    }
+
+    /// Runs `work` in one transaction in this process's turn to write:
+    /// committed when it returns `Ok`, rolled back otherwise.
+    pub async fn transaction<T, E>(
+        &mut self,
+        work: impl FnOnce(&Connection) -> Result<T, InlineFailed<E>>,
+    ) -> Result<T, InlineFailed<E>> {
+        let _turn = write_turn(&self.db)
+            .await
+            .map_err(InlineFailed::Unavailable)?;
+        if !self.connection.is_autocommit() {
+            // A rollback on drop that failed left a transaction open.
+            self.connection
+                .execute_batch("ROLLBACK")
+                .map_err(unavailable)?;
+        }
+        let txn = self
+            .connection
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(unavailable)?;
+        let done = work(&txn)?;
+        txn.commit().map_err(unavailable)?;
+        Ok(done)
+    }
+}
+
+fn open(file: &Path) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection = Connection::open_with_flags(file, flags)?;
+    // Never wait here: the lock held by another program is the pool's to wait for.
+    connection.busy_timeout(Duration::ZERO)?;
+    connection.pragma_update(None, "journal_mode", "wal")?;
+    connection.pragma_update(None, "synchronous", "full")?;
+    connection.pragma_update(None, "foreign_keys", true)?;
+    connection.pragma_update(None, "temp_store", "memory")?;
+    // A checkpoint runs inside the commit that crosses the mark and takes
+    // tens of milliseconds: not on an async worker. The pool's commits
+    // (deliveries, supplier orders, the node's heartbeat) cross it instead,
+    // every SQLITE_CHECKPOINT_PAGES pages as before, on sqlx's threads.
+    connection.pragma_update(None, "wal_autocheckpoint", 0)?;
+    Ok(connection)
+}
+
+/// A SQLite error as the reason to commit through the pool instead.
+pub(crate) fn unavailable<E>(err: rusqlite::Error) -> InlineFailed<E> {
+    InlineFailed::Unavailable(DbErr::Custom(format!("inline write: {err}")))
+}
+
+/// Runs a statement built for SQLite (`?` placeholders); rows changed.
+pub(crate) fn execute<E>(
+    connection: &Connection,
+    stmt: &Statement,
+) -> Result<usize, InlineFailed<E>> {
+    let cells = cells(stmt).map_err(InlineFailed::Unavailable)?;
+    let mut prepared = connection.prepare_cached(&stmt.sql).map_err(unavailable)?;
+    prepared
+        .execute(rusqlite::params_from_iter(cells))
+        .map_err(unavailable)
+}
+
+/// Runs a query built for SQLite and maps each row it returns.
+pub(crate) fn query<T, E>(
+    connection: &Connection,
+    stmt: &Statement,
+    map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Vec<T>, InlineFailed<E>> {
+    let cells = cells(stmt).map_err(InlineFailed::Unavailable)?;
+    let mut prepared = connection.prepare_cached(&stmt.sql).map_err(unavailable)?;
+    let rows = prepared
+        .query_map(rusqlite::params_from_iter(cells), map)
+        .map_err(unavailable)?;
+    rows.collect::<rusqlite::Result<Vec<T>>>()
+        .map_err(unavailable)
+}
+
+/// A statement's values as SQLite cells, each in the form sqlx binds it.
+fn cells(stmt: &Statement) -> Result<Vec<Cell>, DbErr> {
+    let Some(values) = &stmt.values else {
+        return Ok(Vec::new());
+    };
+    values.0.iter().map(cell).collect()
+}
+
+fn cell(value: &Value) -> Result<Cell, DbErr> {
+    Ok(match value {
+        Value::String(Some(s)) => Cell::Text(s.clone()),
+        Value::Int(Some(n)) => Cell::Integer(i64::from(*n)),
+        Value::BigInt(Some(n)) => Cell::Integer(*n),
+        Value::Bool(Some(b)) => Cell::Integer(i64::from(*b)),
+        Value::ChronoDateTimeUtc(Some(t)) => Cell::Text(bulk::timestamp(t)),
+        Value::String(None)
+        | Value::Int(None)
+        | Value::BigInt(None)
+        | Value::Bool(None)
+        | Value::ChronoDateTimeUtc(None) => Cell::Null,
+        other => {
+            return Err(DbErr::Custom(format!(
+                "inline write: no SQLite form for {other:?}"
+            )));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use entities::{float, idempotency_key, order, order_unit};
+    use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+
+    use super::*;
+    use crate::domain::{partner::Mode, states::OrderStatus};
+    use crate::store::orders::{NewOrder, PartnerBatch, accept_batches_inline};
+
+    async fn funded_partner(name: &str) -> (tempfile::TempDir, Db, String) {
+        let (dir, db) = crate::store::tests::sqlite_file_db(name, 2).await;
+        crate::store::migrate(&db).await.unwrap();
+        let partner_id = crate::store::partners::gold_partner(&db, "inline", 10_000).await;
+        (dir, db, partner_id)
+    }
+
+    fn batch_of(partner_id: &str, key: &str, total_cents: i64) -> PartnerBatch {
+        let order = order::Model {
+            id: format!("ord_{key}"),
+            partner_id: partner_id.into(),
+            mode: Mode::Sandbox,
+            idempotency_key: key.into(),
+            plan_id: "pl_x".into(),
+            quantity: 2,
+            unit_price_cents: total_cents / 2,
+            total_cents,
+            list_unit_cents: total_cents / 2,
+            price_source: "tier:gold".into(),
+            metadata: serde_json::json!({"ref": "r'1", "n": [1, null]}),
+            status: OrderStatus::Processing,
+            failure_code: None,
+            refunded_cents: 0,
+            attempts: 0,
+            claimed_until: None,
+            claimed_by: None,
+            created_at: Utc::now(),
+            completed_at: None,
+        };
+        PartnerBatch {
+            partner_id: partner_id.into(),
+            orders: vec![NewOrder {
+                order,
+                fingerprint: "f".into(),
+            }],
+            refusals: Vec::new(),
+        }
+    }
+
+    async fn sandbox_balance(db: &Db, partner_id: &str) -> i64 {
+        let float = float::Entity::find_by_id((partner_id.to_owned(), Mode::Sandbox))
+            .one(db)
+            .await
+            .unwrap()
+            .unwrap();
+        float.balance_cents
+    }
+
+    async fn orders_of(db: &Db, partner_id: &str) -> u64 {
+        order::Entity::find()
+            .filter(order::Column::PartnerId.eq(partner_id))
+            .count(db)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_inline_shared_commit_writes_what_the_pool_reads_back() {
+        let (_dir, db, partner_id) = funded_partner("inline-commit.db").await;
+        let mut writer = InlineWriter::for_db(&db).expect("a SQLite file has an inline writer");
+        let batch = batch_of(&partner_id, "k1", 2_250);
+
+        let balances = writer
+            .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
+            .await
+            .unwrap();
+
+        assert_eq!(balances, vec![(None, Some(7_750))]);
+        assert_eq!(sandbox_balance(&db, &partner_id).await, 7_750);
+        let read = order::Entity::find_by_id("ord_k1").one(&db).await.unwrap();
+        assert_eq!(
+            read.as_ref(),
+            Some(&batch.orders[0].order),
+            "every column as written"
+        );
+        let units = order_unit::Entity::find()
+            .filter(order_unit::Column::OrderId.eq("ord_k1"))
+            .count(&db)
+            .await
+            .unwrap();
+        assert_eq!(units, 2, "one pending unit per quantity");
+        let key = idempotency_key::Entity::find_by_id((partner_id.clone(), "k1".to_owned()))
+            .one(&db)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(key.order_id.as_deref(), Some("ord_k1"));
+    }
+
+    #[tokio::test]
+    async fn a_fired_debit_guard_writes_nothing_inline() {
+        let (_dir, db, partner_id) = funded_partner("inline-fired.db").await;
+        let mut writer = InlineWriter::for_db(&db).unwrap();
+        let batch = batch_of(&partner_id, "k2", 20_000);
+
+        let done = writer
+            .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
+            .await;
+
+        match done {
+            Err(InlineFailed::Refused(fired)) => {
+                assert_eq!(fired.into_iter().collect::<Vec<_>>(), [0])
+            }
+            other => panic!("the guard fires for the batch, got {other:?}"),
+        }
+        assert_eq!(sandbox_balance(&db, &partner_id).await, 10_000);
+        assert_eq!(orders_of(&db, &partner_id).await, 0);
+    }
+
+    /// Another program holding SQLite's write lock: the inline commit gives
+    /// up at once (nothing written, the gate passed on) rather than waiting
+    /// with the gate held; once the lock frees, it commits.
+    #[tokio::test]
+    async fn a_lock_held_elsewhere_sends_the_commit_back_to_the_pool() {
+        let (dir, db, partner_id) = funded_partner("inline-locked.db").await;
+        let mut writer = InlineWriter::for_db(&db).unwrap();
+        let other = Connection::open(dir.path().join("inline-locked.db")).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let batch = batch_of(&partner_id, "k3", 1_000);
+
+        let done = writer
+            .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
+            .await;
+
+        assert!(
+            matches!(done, Err(InlineFailed::Unavailable(_))),
+            "{done:?}"
+        );
+        other.execute_batch("ROLLBACK").unwrap();
+        assert_eq!(orders_of(&db, &partner_id).await, 0);
+        let balances = writer
+            .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
+            .await
+            .unwrap();
+        assert_eq!(balances, vec![(None, Some(9_000))]);
+        assert_eq!(orders_of(&db, &partner_id).await, 1);
+    }
+}
