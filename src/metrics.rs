@@ -86,8 +86,8 @@ pub(crate) const DB_POOL_CONNECTIONS: &str = "esim_db_pool_connections";
 pub(crate) const DB_POOL_MAX: &str = "esim_db_pool_max_connections";
 /// Point reads run on the handler's thread (SQLite), by outcome.
 pub(crate) const DB_INLINE_READS: &str = "esim_db_inline_reads_total";
-/// Shared order commits run on the writer's own thread (SQLite), by outcome.
-pub(crate) const DB_INLINE_COMMITS: &str = "esim_db_inline_commits_total";
+/// Write transactions run on the writer's own thread (SQLite), by writer and outcome.
+pub(crate) const DB_INLINE_WRITES: &str = "esim_db_inline_writes_total";
 /// Requests refused with 429: `class` (`read`, `write`, `supplier`,
 /// `catalogue`, or `failed_auth` when the source's failed-authentication
 /// budget is spent).
@@ -310,8 +310,8 @@ fn describe_internals() {
         "Point reads of the SQLite file run on the handler's thread: answered, or fell_back to the pool."
     );
     describe_counter!(
-        DB_INLINE_COMMITS,
-        "Shared order commits of the SQLite file run on the writer's own thread: committed, refused (a debit guard fired), or fell_back to the pool."
+        DB_INLINE_WRITES,
+        "Write transactions of the SQLite file run on the writer's own thread, by writer (orders, deliveries, supplier_orders): committed, refused (a guard fired; rolled back), or fell_back to the pool."
     );
     describe_counter!(
         RATE_LIMIT_REJECTIONS,
@@ -474,10 +474,10 @@ pub(crate) fn orders_committed(path: &'static str, batches: usize, orders: usize
     histogram!(ORDER_COMMIT_ORDERS, "path" => path).record(orders as f64);
 }
 
-/// One shared commit tried on the inline writer: `committed`, `refused` (a
-/// debit guard fired; rolled back) or `fell_back` (committed through the pool).
-pub(crate) fn inline_commit(outcome: &'static str) {
-    counter!(DB_INLINE_COMMITS, "outcome" => outcome).increment(1);
+/// One transaction tried on an inline writer: `committed`, `refused` (a
+/// guard fired; rolled back) or `fell_back` (written through the pool).
+pub(crate) fn inline_write(writer: &'static str, outcome: &'static str) {
+    counter!(DB_INLINE_WRITES, "writer" => writer, "outcome" => outcome).increment(1);
 }
 
 /// Seconds from `from` to `to`, never negative (clocks of two nodes may disagree).

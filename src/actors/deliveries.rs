@@ -1,12 +1,15 @@
 //! The single writer of delivered profiles. Provisioning tasks hand it one
 //! profile each; it stores every profile queued behind the one in progress,
-//! and settles their orders, in one transaction.
+//! and settles their orders, in one transaction (on a SQLite file, on the
+//! task's own thread: [`crate::store::inline_write`]).
+
+use std::convert::Infallible;
 
 use entities::esim;
 
 use crate::{
     domain::time,
-    store::{self, Db},
+    store::{self, Db, inline_write::InlineWriter},
 };
 
 /// One profile waiting for the delivery writer.
@@ -32,10 +35,14 @@ impl DeliveryWriter {
     pub(crate) fn start(db: Db) -> Self {
         let (queue, mut incoming) = tokio::sync::mpsc::channel::<Delivery>(4096);
         tokio::spawn(async move {
+            let writer = Writer {
+                inline: InlineWriter::for_db(&db),
+                db,
+            };
             // Waits for one profile and takes every one queued behind it.
             let mut batch = Vec::with_capacity(DELIVERY_BATCH);
             while incoming.recv_many(&mut batch, DELIVERY_BATCH).await > 0 {
-                write_deliveries(&db, std::mem::take(&mut batch)).await;
+                write_deliveries(&writer, std::mem::take(&mut batch)).await;
             }
         });
         Self { queue }
@@ -55,9 +62,18 @@ impl DeliveryWriter {
     }
 }
 
-async fn write_deliveries(db: &Db, batch: Vec<Delivery>) {
+/// What the writer task writes through.
+struct Writer {
+    /// The database (the pool).
+    db: Db,
+    /// On a SQLite file, the connection that writes on the task's own
+    /// thread ([`store::inline_write`]).
+    inline: Option<InlineWriter>,
+}
+
+async fn write_deliveries(writer: &Writer, batch: Vec<Delivery>) {
     let profiles: Vec<esim::Model> = batch.iter().map(|(p, _)| p.clone()).collect();
-    match store_deliveries(db, &profiles).await {
+    match store_deliveries(writer, &profiles).await {
         Ok(results) => {
             for ((_, answer), result) in batch.into_iter().zip(results) {
                 let _ = answer.send(Ok(result));
@@ -67,7 +83,7 @@ async fn write_deliveries(db: &Db, batch: Vec<Delivery>) {
             // One bad row must not fail the others: store them one by one.
             tracing::warn!(size = batch.len(), error = %err, "batched delivery failed; storing one by one");
             for (profile, answer) in batch {
-                let result = store_deliveries(db, std::slice::from_ref(&profile))
+                let result = store_deliveries(writer, std::slice::from_ref(&profile))
                     .await
                     .map(|r| r.first().copied().unwrap_or(false));
                 let _ = answer.send(result);
@@ -81,15 +97,31 @@ async fn write_deliveries(db: &Db, batch: Vec<Delivery>) {
     }
 }
 
-async fn store_deliveries(db: &Db, profiles: &[esim::Model]) -> Result<Vec<bool>, sea_orm::DbErr> {
+/// Stores the profiles and settles their orders in one transaction: inline
+/// on a SQLite file, else (or if that failed) through the pool.
+async fn store_deliveries(
+    writer: &Writer,
+    profiles: &[esim::Model],
+) -> Result<Vec<bool>, sea_orm::DbErr> {
     let now = time::now();
-    let txn = store::begin_write(db).await?;
-    let delivered = store::orders::deliver_units(&txn, profiles, now).await?;
-    let mut orders: Vec<String> = profiles.iter().map(|p| p.order_id.clone()).collect();
-    orders.sort_unstable();
-    orders.dedup();
-    let settled = store::orders::finalize_many(&txn, &orders, now).await?;
-    txn.commit().await?;
+    let inline = super::write_inline(writer.inline.as_ref(), "deliveries", |connection| {
+        store::orders::deliver_and_settle_inline::<Infallible>(connection, profiles, now)
+    })
+    .await;
+    let (delivered, settled) = match inline {
+        Some(Ok(done)) => done,
+        Some(Err(never)) => match never {},
+        None => {
+            let txn = store::begin_write(&writer.db).await?;
+            let delivered = store::orders::deliver_units(&txn, profiles, now).await?;
+            let mut orders: Vec<String> = profiles.iter().map(|p| p.order_id.clone()).collect();
+            orders.sort_unstable();
+            orders.dedup();
+            let settled = store::orders::finalize_many(&txn, &orders, now).await?;
+            txn.commit().await?;
+            (delivered, settled)
+        }
+    };
     for (order_id, order) in settled {
         crate::metrics::order_settled(&order, now);
         tracing::info!(order_id, status = order.status.as_str(), "order settled");

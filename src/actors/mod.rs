@@ -45,3 +45,31 @@ pub(crate) fn log_lifecycle(actor: &str, partner_id: Option<&str>, event: &str, 
         _ => tracing::info!(actor, partner_id, event, reason, "actor {event}"),
     }
 }
+
+/// Runs `work` in a transaction of `inline`, the writer's SQLite connection
+/// on this thread, and counts the outcome under `writer`: `Some(Ok)`
+/// committed, `Some(Err)` the work refused (rolled back), `None` no inline
+/// writer, or it failed otherwise (rolled back): the caller writes through
+/// the pool, whose answer is the one given.
+pub(crate) async fn write_inline<T, E>(
+    inline: Option<&crate::store::inline_write::InlineWriter>,
+    writer: &'static str,
+    work: impl FnOnce(&rusqlite::Connection) -> Result<T, crate::store::inline_write::InlineFailed<E>>,
+) -> Option<Result<T, E>> {
+    use crate::store::inline_write::InlineFailed;
+    match inline?.transaction(work).await {
+        Ok(done) => {
+            crate::metrics::inline_write(writer, "committed");
+            Some(Ok(done))
+        }
+        Err(InlineFailed::Refused(why)) => {
+            crate::metrics::inline_write(writer, "refused");
+            Some(Err(why))
+        }
+        Err(InlineFailed::Unavailable(err)) => {
+            crate::metrics::inline_write(writer, "fell_back");
+            tracing::debug!(writer, error = %err, "inline write failed; writing through the pool");
+            None
+        }
+    }
+}

@@ -31,7 +31,7 @@ use crate::{
     domain::{ordering::Binding, time},
     store::{
         self, Db,
-        inline_write::{InlineFailed, InlineWriter},
+        inline_write::InlineWriter,
         orders::{AcceptError, Balances, PartnerBatch, SharedError},
     },
 };
@@ -260,27 +260,11 @@ impl Committer {
         batches: &[&PartnerBatch],
         now: DateTime<Utc>,
     ) -> Option<Result<Vec<Balances>, SharedError>> {
-        let inline = self.inline.as_mut()?;
-        let done = inline
-            .transaction(|connection| {
-                store::orders::accept_batches_inline(connection, batches, now)
-            })
-            .await;
-        match done {
-            Ok(balances) => {
-                crate::metrics::inline_commit("committed");
-                Some(Ok(balances))
-            }
-            Err(InlineFailed::Refused(fired)) => {
-                crate::metrics::inline_commit("refused");
-                Some(Err(SharedError::Fired(fired)))
-            }
-            Err(InlineFailed::Unavailable(err)) => {
-                crate::metrics::inline_commit("fell_back");
-                tracing::debug!(error = %err, "inline shared commit failed; committing through the pool");
-                None
-            }
-        }
+        let done = super::write_inline(self.inline.as_ref(), "orders", |connection| {
+            store::orders::accept_batches_inline(connection, batches, now)
+        })
+        .await?;
+        Some(done.map_err(SharedError::Fired))
     }
 }
 

@@ -61,9 +61,18 @@ pub(crate) fn column_in<'a>(
     column: impl ColumnTrait,
     ids: impl IntoIterator<Item = &'a str>,
 ) -> SimpleExpr {
+    column_in_for(db.get_database_backend(), column, ids)
+}
+
+/// [`column_in`] for a backend named rather than a connection.
+pub(crate) fn column_in_for<'a>(
+    backend: DbBackend,
+    column: impl ColumnTrait,
+    ids: impl IntoIterator<Item = &'a str>,
+) -> SimpleExpr {
     let list = serde_json::Value::from(ids.into_iter().collect::<Vec<_>>()).to_string();
     let name = column.as_str().to_owned();
-    let sql = match db.get_database_backend() {
+    let sql = match backend {
         DbBackend::Postgres => {
             format!("\"{name}\" IN (SELECT jsonb_array_elements_text($1::jsonb))")
         }

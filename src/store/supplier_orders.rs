@@ -5,11 +5,16 @@
 use chrono::{DateTime, Utc};
 use entities::{order_unit, supplier_order};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter,
+    QueryOrder, QueryTrait, UpdateMany,
     sea_query::{Expr, ExprTrait},
 };
 
-use super::{Db, write_alone};
+use super::{
+    Db, bulk,
+    inline_write::{self, InlineFailed},
+    write_alone,
+};
 use crate::domain::states::{SupplierOrderStatus, UnitStatus};
 
 use SupplierOrderStatus::{Placed, Placing};
@@ -22,22 +27,53 @@ pub(crate) async fn open<C: ConnectionTrait>(
     row: supplier_order::Model,
     unit_ids: &[String],
 ) -> Result<bool, DbErr> {
-    let id = row.id.clone();
-    let now = row.created_at;
+    let take = take_units(txn.get_database_backend(), &row, unit_ids);
     supplier_order::ActiveModel::from(row).insert(txn).await?;
-    let taken = order_unit::Entity::update_many()
-        .col_expr(order_unit::Column::SupplierTxnId, Expr::value(Some(id)))
-        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
-        .filter(super::bulk::column_in(
-            txn,
+    let taken = take.exec(txn).await?;
+    Ok(taken.rows_affected == unit_ids.len() as u64)
+}
+
+/// [`open`] in the inline writer's transaction (SQLite): `Refused` when a
+/// unit was not taken (the transaction rolls back).
+pub(crate) fn open_inline(
+    connection: &rusqlite::Connection,
+    row: &supplier_order::Model,
+    unit_ids: &[String],
+) -> Result<(), InlineFailed<()>> {
+    let backend = DbBackend::Sqlite;
+    let insert =
+        bulk::insert_statement::<supplier_order::Entity>(backend, std::slice::from_ref(row))
+            .map_err(InlineFailed::Unavailable)?;
+    if let Some(insert) = insert {
+        inline_write::execute(connection, &insert)?;
+    }
+    let take = backend.build(&take_units(backend, row, unit_ids).into_query());
+    match inline_write::execute(connection, &take)? == unit_ids.len() {
+        true => Ok(()),
+        false => Err(InlineFailed::Refused(())),
+    }
+}
+
+/// The update that gives a new supplier order its units: those of
+/// `unit_ids` still pending and carried by no supplier order.
+fn take_units(
+    backend: DbBackend,
+    row: &supplier_order::Model,
+    unit_ids: &[String],
+) -> UpdateMany<order_unit::Entity> {
+    order_unit::Entity::update_many()
+        .col_expr(
+            order_unit::Column::SupplierTxnId,
+            Expr::value(Some(row.id.clone())),
+        )
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(row.created_at))
+        .filter(bulk::column_in_for(
+            backend,
             order_unit::Column::Id,
             unit_ids.iter().map(String::as_str),
         ))
         .filter(order_unit::Column::SupplierTxnId.is_null())
         .filter(order_unit::Column::Status.eq(UnitStatus::Pending))
-        .exec(txn)
-        .await?;
-    Ok(taken.rows_affected == unit_ids.len() as u64)
 }
 
 pub(crate) async fn get<C: ConnectionTrait>(

@@ -461,3 +461,67 @@ async fn balance_reads_of_a_sqlite_file_are_answered_inline_and_fresh() {
         ));
     }
 }
+
+/// On a SQLite file the order path's write transactions run on their
+/// writers' own threads: accepting the order, writing its supplier order
+/// down and storing its profile are each counted as committed inline.
+/// PostgreSQL has no inline writer and no such series.
+#[tokio::test]
+async fn an_order_s_writes_to_a_sqlite_file_are_committed_inline() {
+    let app = spawn_app_with(SETTINGS).await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 10_000).await;
+    let committed = |text: &str, writer: &str| {
+        sample(
+            text,
+            "esim_db_inline_writes_total",
+            &[("writer", writer), ("outcome", "committed")],
+        )
+    };
+    let before = scrape(&app).await;
+
+    let (status, order) = read(
+        app.as_partner(&secret, Method::POST, "/orders")
+            .header("idempotency-key", format!("inline-{partner_id}"))
+            .json(&json!({ "plan_id": PLAN, "quantity": 2 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{order}");
+    let path = format!("/orders/{}", order["id"].as_str().unwrap());
+    let settled = eventually("the order to settle", WAIT, || async {
+        let (_, order) = read(
+            app.as_partner(&secret, Method::GET, &path)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        (order["status"] != "processing").then_some(order)
+    })
+    .await;
+    assert_eq!(settled["status"], "completed", "{settled}");
+    assert_eq!(
+        settled["esims"].as_array().map(Vec::len),
+        Some(2),
+        "{settled}"
+    );
+    assert_eq!(
+        balance(&app, &secret).await,
+        10_000 - settled["total_cents"].as_i64().unwrap()
+    );
+
+    let after = scrape(&app).await;
+    if app.database_url.starts_with("sqlite:") {
+        for writer in ["orders", "supplier_orders", "deliveries"] {
+            assert!(
+                committed(&after, writer) >= committed(&before, writer) + 1.0,
+                "{writer}:\n{after}"
+            );
+        }
+    } else {
+        assert!(!has(&after, "esim_db_inline_writes_total", &[]), "{after}");
+    }
+}

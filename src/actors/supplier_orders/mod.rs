@@ -50,7 +50,7 @@ use crate::{
         supplier::{Packages, SupplierName},
         time,
     },
-    store::{self, Db, supplier_orders as rows},
+    store::{self, Db, inline_write::InlineWriter, supplier_orders as rows},
     supplier::{Profile, Supplier, set::SupplierSet},
     sync::lock,
 };
@@ -59,6 +59,9 @@ use crate::{
 #[derive(Clone)]
 pub struct SupplierOrdersArgs {
     pub db: Db,
+    /// On a SQLite file, the connection that writes supplier orders down on
+    /// the caller's thread ([`crate::store::inline_write`]).
+    pub inline: Option<Arc<InlineWriter>>,
     /// The live suppliers, their route and breakers.
     pub live: Arc<SupplierSet>,
     pub sandbox: Arc<dyn Supplier>,
@@ -497,12 +500,16 @@ async fn open(
     let package_code = row.package_code.clone();
     let supplier = row.supplier.clone();
     *assigned.entry(supplier.clone()).or_default() += 1;
-    let written = async {
-        let txn = store::begin_write(&args.db).await?;
-        let taken = rows::open(&txn, row, unit_ids).await?;
-        txn.keep_if(taken).await
+    let inline = crate::actors::write_inline(args.inline.as_deref(), "supplier_orders", |c| {
+        rows::open_inline(c, &row, unit_ids)
+    })
+    .await;
+    let written = match inline {
+        // Refused: a unit was taken already (rolled back).
+        Some(done) => Ok(done.is_ok()),
+        None => open_through_pool(&args.db, row, unit_ids).await,
     };
-    match written.await {
+    match written {
         Ok(true) => {
             crate::metrics::supplier_order_opened(mode.as_str(), unit_ids.len());
             tracing::info!(transaction_id = %id, mode = mode.as_str(), supplier, package_code, units = unit_ids.len(), "supplier order written down");
@@ -511,6 +518,18 @@ async fn open(
         Ok(false) => Err("a unit is already carried by another supplier order".into()),
         Err(err) => Err(format!("writing the supplier order down: {err}")),
     }
+}
+
+/// Writes a supplier order down with its units through the pool; `false`
+/// (rolled back) when a unit was taken already.
+async fn open_through_pool(
+    db: &Db,
+    row: supplier_order::Model,
+    unit_ids: &[String],
+) -> Result<bool, sea_orm::DbErr> {
+    let txn = store::begin_write(db).await?;
+    let taken = rows::open(&txn, row, unit_ids).await?;
+    txn.keep_if(taken).await
 }
 
 #[cfg(test)]

@@ -28,12 +28,14 @@ mod claims;
 mod money;
 mod read_inline;
 mod settle;
+mod settle_inline;
 
 pub use accept::*;
 pub use claims::*;
 use money::move_float;
 pub use money::*;
 pub use settle::*;
+pub use settle_inline::*;
 
 /// Orders a person should look at, newest first, at most `limit`.
 pub async fn needing_attention<C: ConnectionTrait>(

@@ -2,6 +2,7 @@
 //! the final status of an order once no unit is pending.
 
 use super::*;
+use sea_orm::{DbBackend, Select, UpdateMany};
 
 /// Counts a failed attempt on a unit.
 pub async fn unit_failed_attempt<C: ConnectionTrait>(
@@ -34,20 +35,36 @@ async fn settle_pending<'a, C: ConnectionTrait>(
     to: UnitStatus,
     now: DateTime<Utc>,
 ) -> Result<Vec<String>, DbErr> {
-    let mut update = order_unit::Entity::update_many()
-        .col_expr(order_unit::Column::Status, Expr::value(to))
-        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
-        .filter(bulk::column_in(txn, order_unit::Column::Id, unit_ids))
-        .filter(order_unit::Column::Status.eq(UnitStatus::Pending));
-    if let Some(order_id) = order_id {
-        update = update.filter(order_unit::Column::OrderId.eq(order_id));
-    }
-    Ok(update
+    let backend = txn.get_database_backend();
+    Ok(settle_pending_update(backend, unit_ids, order_id, to, now)
         .exec_with_returning(txn)
         .await?
         .into_iter()
         .map(|unit| unit.id)
         .collect())
+}
+
+/// The update [`settle_pending`] runs (without its RETURNING).
+pub(super) fn settle_pending_update<'a>(
+    backend: DbBackend,
+    unit_ids: impl IntoIterator<Item = &'a str>,
+    order_id: Option<&str>,
+    to: UnitStatus,
+    now: DateTime<Utc>,
+) -> UpdateMany<order_unit::Entity> {
+    let mut update = order_unit::Entity::update_many()
+        .col_expr(order_unit::Column::Status, Expr::value(to))
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
+        .filter(bulk::column_in_for(
+            backend,
+            order_unit::Column::Id,
+            unit_ids,
+        ))
+        .filter(order_unit::Column::Status.eq(UnitStatus::Pending));
+    if let Some(order_id) = order_id {
+        update = update.filter(order_unit::Column::OrderId.eq(order_id));
+    }
+    update
 }
 
 /// Stores delivered profiles and marks their units delivered, each once,
@@ -73,18 +90,28 @@ pub async fn deliver_units<C: ConnectionTrait>(
     .await?
     .into_iter()
     .collect();
+    let (stored, rows) = profiles_to_store(profiles, &settled);
+    bulk::insert_models::<esim::Entity, _>(txn, &rows).await?;
+    Ok(stored)
+}
+
+/// Per profile, whether its unit was `settled` by this call, and the
+/// profiles to store (those).
+pub(super) fn profiles_to_store(
+    profiles: &[esim::Model],
+    settled: &HashSet<String>,
+) -> (Vec<bool>, Vec<esim::Model>) {
     let stored: Vec<bool> = profiles
         .iter()
         .map(|p| settled.contains(&p.unit_id))
         .collect();
-    let rows: Vec<esim::Model> = profiles
+    let rows = profiles
         .iter()
         .zip(&stored)
         .filter(|(_, stored)| **stored)
         .map(|(p, _)| p.clone())
         .collect();
-    bulk::insert_models::<esim::Entity, _>(txn, &rows).await?;
-    Ok(stored)
+    (stored, rows)
 }
 
 /// Refunds the units of `unit_ids` still pending, in a constant number of
@@ -194,51 +221,12 @@ pub async fn finalize_many<C: ConnectionTrait>(
     if order_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let counts: Vec<(String, UnitStatus, i64)> = order_unit::Entity::find()
-        .select_only()
-        .column(order_unit::Column::OrderId)
-        .column(order_unit::Column::Status)
-        .column_as(order_unit::Column::Id.count(), "units")
-        .filter(bulk::column_in(
-            db,
-            order_unit::Column::OrderId,
-            order_ids.iter().map(String::as_str),
-        ))
-        .group_by(order_unit::Column::OrderId)
-        .group_by(order_unit::Column::Status)
-        .into_tuple()
-        .all(db)
-        .await?;
-    let mut tally: HashMap<&str, [usize; 3]> = HashMap::new();
-    for (order_id, status, units) in &counts {
-        let slot = match status {
-            UnitStatus::Delivered => 0,
-            UnitStatus::Refunded => 1,
-            UnitStatus::Pending => 2,
-        };
-        tally.entry(order_id.as_str()).or_default()[slot] += usize::try_from(*units).unwrap_or(0);
-    }
-    let mut by_status: HashMap<OrderStatus, Vec<&str>> = HashMap::new();
-    for (order_id, [delivered, refunded, pending]) in &tally {
-        if let Some(status) = rules::settled_status(*delivered, *refunded, *pending) {
-            by_status.entry(status).or_default().push(order_id);
-        }
-    }
+    let backend = db.get_database_backend();
+    let counts: Vec<(String, UnitStatus, i64)> =
+        unit_tally(backend, order_ids).into_tuple().all(db).await?;
     let mut settled = Vec::new();
-    for (status, ids) in by_status {
-        let rows = order::Entity::update_many()
-            .col_expr(order::Column::Status, Expr::value(status))
-            .col_expr(order::Column::CompletedAt, Expr::value(Some(now)))
-            .col_expr(
-                order::Column::ClaimedUntil,
-                Expr::value(Option::<DateTime<Utc>>::None),
-            )
-            .col_expr(
-                order::Column::ClaimedBy,
-                Expr::value(Option::<String>::None),
-            )
-            .filter(bulk::column_in(db, order::Column::Id, ids))
-            .filter(order::Column::Status.eq(OrderStatus::Processing))
+    for (status, ids) in final_statuses(&counts) {
+        let rows = settle_orders_update(backend, status, ids, now)
             .exec_with_returning(db)
             .await?;
         settled.extend(rows.into_iter().map(|order| {
@@ -254,4 +242,66 @@ pub async fn finalize_many<C: ConnectionTrait>(
         }));
     }
     Ok(settled)
+}
+
+/// Counts the units of `order_ids` by order and status: (order, status, units).
+pub(super) fn unit_tally(backend: DbBackend, order_ids: &[String]) -> Select<order_unit::Entity> {
+    order_unit::Entity::find()
+        .select_only()
+        .column(order_unit::Column::OrderId)
+        .column(order_unit::Column::Status)
+        .column_as(order_unit::Column::Id.count(), "units")
+        .filter(bulk::column_in_for(
+            backend,
+            order_unit::Column::OrderId,
+            order_ids.iter().map(String::as_str),
+        ))
+        .group_by(order_unit::Column::OrderId)
+        .group_by(order_unit::Column::Status)
+}
+
+/// The orders of a [`unit_tally`] that no pending unit holds back, by the
+/// final status each settles in.
+pub(super) fn final_statuses(
+    counts: &[(String, UnitStatus, i64)],
+) -> HashMap<OrderStatus, Vec<&str>> {
+    let mut tally: HashMap<&str, [usize; 3]> = HashMap::new();
+    for (order_id, status, units) in counts {
+        let slot = match status {
+            UnitStatus::Delivered => 0,
+            UnitStatus::Refunded => 1,
+            UnitStatus::Pending => 2,
+        };
+        tally.entry(order_id.as_str()).or_default()[slot] += usize::try_from(*units).unwrap_or(0);
+    }
+    let mut by_status: HashMap<OrderStatus, Vec<&str>> = HashMap::new();
+    for (order_id, [delivered, refunded, pending]) in tally {
+        if let Some(status) = rules::settled_status(delivered, refunded, pending) {
+            by_status.entry(status).or_default().push(order_id);
+        }
+    }
+    by_status
+}
+
+/// The update that settles the still-processing orders of `ids` in `status`
+/// (without its RETURNING).
+pub(super) fn settle_orders_update(
+    backend: DbBackend,
+    status: OrderStatus,
+    ids: Vec<&str>,
+    now: DateTime<Utc>,
+) -> UpdateMany<order::Entity> {
+    order::Entity::update_many()
+        .col_expr(order::Column::Status, Expr::value(status))
+        .col_expr(order::Column::CompletedAt, Expr::value(Some(now)))
+        .col_expr(
+            order::Column::ClaimedUntil,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(
+            order::Column::ClaimedBy,
+            Expr::value(Option::<String>::None),
+        )
+        .filter(bulk::column_in_for(backend, order::Column::Id, ids))
+        .filter(order::Column::Status.eq(OrderStatus::Processing))
 }

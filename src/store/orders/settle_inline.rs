@@ -1,0 +1,94 @@
+//! Storing delivered profiles and settling their orders on the caller's
+//! thread ([`crate::store::inline_write`]): the statements of
+//! [`deliver_units`] and [`finalize_many`], built by the same functions for
+//! SQLite, run over the inline writer's connection.
+
+use rusqlite::Connection;
+use sea_orm::{DbBackend, QueryTrait, Statement, sea_query::Query};
+
+use super::settle::{
+    final_statuses, profiles_to_store, settle_orders_update, settle_pending_update, unit_tally,
+};
+use super::*;
+use crate::store::{
+    inline::columns,
+    inline_write::{self, InlineFailed},
+};
+
+/// What storing a batch of deliveries did: per profile whether it was
+/// stored, and the orders it settled.
+pub type DeliveredAndSettled = (Vec<bool>, Vec<(String, Settled)>);
+
+/// [`deliver_units`] then [`finalize_many`] of their orders, in the inline
+/// writer's transaction.
+pub(crate) fn deliver_and_settle_inline<E>(
+    connection: &Connection,
+    profiles: &[esim::Model],
+    now: DateTime<Utc>,
+) -> Result<DeliveredAndSettled, InlineFailed<E>> {
+    if profiles.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let units = profiles.iter().map(|p| p.unit_id.as_str());
+    let mut update =
+        settle_pending_update(DbBackend::Sqlite, units, None, UnitStatus::Delivered, now)
+            .into_query();
+    update.returning_col(order_unit::Column::Id);
+    let settled: HashSet<String> =
+        inline_write::query(connection, &sqlite(&update), |row| row.get(0))?
+            .into_iter()
+            .collect();
+    let (stored, rows) = profiles_to_store(profiles, &settled);
+    if let Some(insert) = bulk::insert_statement::<esim::Entity>(DbBackend::Sqlite, &rows)
+        .map_err(InlineFailed::Unavailable)?
+    {
+        inline_write::execute(connection, &insert)?;
+    }
+    let mut orders: Vec<String> = profiles.iter().map(|p| p.order_id.clone()).collect();
+    orders.sort_unstable();
+    orders.dedup();
+    Ok((stored, finalize_many_inline(connection, &orders, now)?))
+}
+
+/// [`finalize_many`] on the inline writer's connection.
+fn finalize_many_inline<E>(
+    connection: &Connection,
+    order_ids: &[String],
+    now: DateTime<Utc>,
+) -> Result<Vec<(String, Settled)>, InlineFailed<E>> {
+    if order_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tally = unit_tally(DbBackend::Sqlite, order_ids).build(DbBackend::Sqlite);
+    let counts: Vec<(String, UnitStatus, i64)> = inline_write::query(connection, &tally, |row| {
+        Ok((row.get(0)?, columns::word(row, 1)?, row.get(2)?))
+    })?;
+    let mut settled = Vec::new();
+    for (status, ids) in final_statuses(&counts) {
+        let mut update = settle_orders_update(DbBackend::Sqlite, status, ids, now).into_query();
+        update.returning(Query::returning().columns([
+            order::Column::Id,
+            order::Column::Mode,
+            order::Column::FailureCode,
+            order::Column::CreatedAt,
+        ]));
+        let rows = inline_write::query(connection, &sqlite(&update), |row| {
+            Ok((
+                row.get(0)?,
+                Settled {
+                    status,
+                    mode: columns::word(row, 1)?,
+                    failure_code: columns::optional_word(row, 2)?,
+                    created_at: columns::time(row, 3)?,
+                },
+            ))
+        })?;
+        settled.extend(rows);
+    }
+    Ok(settled)
+}
+
+/// A sea-query statement as SQLite text and values.
+fn sqlite(statement: &sea_orm::sea_query::UpdateStatement) -> Statement {
+    DbBackend::Sqlite.build(statement)
+}
