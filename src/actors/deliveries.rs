@@ -36,7 +36,7 @@ impl DeliveryWriter {
         let (queue, mut incoming) = tokio::sync::mpsc::channel::<Delivery>(4096);
         tokio::spawn(async move {
             let writer = Writer {
-                inline: InlineWriter::for_db(&db),
+                inline: super::inline_writer(&db, "deliveries"),
                 db,
             };
             // Waits for one profile and takes every one queued behind it.
@@ -104,7 +104,7 @@ async fn store_deliveries(
     profiles: &[esim::Model],
 ) -> Result<Vec<bool>, sea_orm::DbErr> {
     let now = time::now();
-    let inline = super::write_inline(writer.inline.as_ref(), "deliveries", |connection| {
+    let inline = super::write_inline(writer.inline.as_ref(), |connection| {
         store::orders::deliver_and_settle_inline::<Infallible>(connection, profiles, now)
     })
     .await;

@@ -46,30 +46,27 @@ pub(crate) fn log_lifecycle(actor: &str, partner_id: Option<&str>, event: &str, 
     }
 }
 
+/// An inline writer of `db`'s SQLite file for `writer`, its outcomes
+/// counted in the metrics; `None` on PostgreSQL.
+pub(crate) fn inline_writer(
+    db: &crate::store::Db,
+    writer: &'static str,
+) -> Option<crate::store::inline_write::InlineWriter> {
+    crate::store::inline_write::InlineWriter::for_db(db, writer, crate::metrics::inline_write)
+}
+
 /// Runs `work` in a transaction of `inline`, the writer's SQLite connection
-/// on this thread, and counts the outcome under `writer`: `Some(Ok)`
-/// committed, `Some(Err)` the work refused (rolled back), `None` no inline
-/// writer, or it failed otherwise (rolled back): the caller writes through
-/// the pool, whose answer is the one given.
+/// on this thread: `Some(Ok)` committed, `Some(Err)` the work refused
+/// (rolled back), `None` no inline writer, or it failed otherwise (rolled
+/// back): the caller writes through the pool, whose answer is the one given.
 pub(crate) async fn write_inline<T, E>(
     inline: Option<&crate::store::inline_write::InlineWriter>,
-    writer: &'static str,
     work: impl FnOnce(&rusqlite::Connection) -> Result<T, crate::store::inline_write::InlineFailed<E>>,
 ) -> Option<Result<T, E>> {
     use crate::store::inline_write::InlineFailed;
     match inline?.transaction(work).await {
-        Ok(done) => {
-            crate::metrics::inline_write(writer, "committed");
-            Some(Ok(done))
-        }
-        Err(InlineFailed::Refused(why)) => {
-            crate::metrics::inline_write(writer, "refused");
-            Some(Err(why))
-        }
-        Err(InlineFailed::Unavailable(err)) => {
-            crate::metrics::inline_write(writer, "fell_back");
-            tracing::debug!(writer, error = %err, "inline write failed; writing through the pool");
-            None
-        }
+        Ok(done) => Some(Ok(done)),
+        Err(InlineFailed::Refused(why)) => Some(Err(why)),
+        Err(InlineFailed::Unavailable(_)) => None,
     }
 }

@@ -78,7 +78,7 @@ impl CommitWriter {
         let (queue, mut incoming) = mpsc::channel::<Queued>(1024);
         tokio::spawn(async move {
             let mut committer = Committer {
-                inline: InlineWriter::for_db(&db),
+                inline: super::inline_writer(&db, "orders"),
                 db,
             };
             // Waits for one job and takes every one queued behind it.
@@ -260,7 +260,7 @@ impl Committer {
         batches: &[&PartnerBatch],
         now: DateTime<Utc>,
     ) -> Option<Result<Vec<Balances>, SharedError>> {
-        let done = super::write_inline(self.inline.as_ref(), "orders", |connection| {
+        let done = super::write_inline(self.inline.as_ref(), |connection| {
             store::orders::accept_batches_inline(connection, batches, now)
         })
         .await?;

@@ -299,7 +299,7 @@ fn supplier_orders_args(
     let supplier = &settings.supplier;
     SupplierOrdersArgs {
         db: db.clone(),
-        inline: store::inline_write::InlineWriter::for_db(db).map(Arc::new),
+        inline: crate::actors::inline_writer(db, "supplier_orders").map(Arc::new),
         live: supply.suppliers.live.clone(),
         sandbox: supply.suppliers.sandbox.clone(),
         catalogue: catalogue.clone(),

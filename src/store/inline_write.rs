@@ -46,7 +46,14 @@ pub struct InlineWriter {
     db: Db,
     /// The writer's own connection to the same file.
     connection: Mutex<Connection>,
+    /// Which writer this is, for its counts.
+    writer: &'static str,
+    /// Where each transaction's outcome is counted.
+    counted: Counter,
 }
+
+/// Counts a transaction's outcome: (writer, `committed` | `refused` | `fell_back`).
+pub type Counter = fn(&'static str, &'static str);
 
 /// Why an inline transaction did not commit.
 #[derive(Debug)]
@@ -61,12 +68,14 @@ pub enum InlineFailed<E> {
 impl InlineWriter {
     /// An inline writer of `db`'s file; `None` for PostgreSQL, an in-memory
     /// SQLite database, or a file the writer cannot open as the pool does.
-    pub fn for_db(db: &Db) -> Option<Self> {
+    pub fn for_db(db: &Db, writer: &'static str, counted: Counter) -> Option<Self> {
         let file = sqlite_file(db).filter(|file| file.is_file())?;
         match open(&file) {
             Ok(connection) => Some(Self {
                 db: db.clone(),
                 connection: Mutex::new(connection),
+                writer,
+                counted,
             }),
             Err(err) => {
                 tracing::warn!(error = %err, "no inline writer; shared commits go through the pool");
@@ -76,8 +85,26 @@ impl InlineWriter {
     }
 
     /// Runs `work` in one transaction in this process's turn to write:
-    /// committed when it returns `Ok`, rolled back otherwise.
+    /// committed when it returns `Ok`, rolled back otherwise; the outcome
+    /// is counted.
     pub async fn transaction<T, E>(
+        &self,
+        work: impl FnOnce(&Connection) -> Result<T, InlineFailed<E>>,
+    ) -> Result<T, InlineFailed<E>> {
+        let done = self.run(work).await;
+        let outcome = match &done {
+            Ok(_) => "committed",
+            Err(InlineFailed::Refused(_)) => "refused",
+            Err(InlineFailed::Unavailable(err)) => {
+                tracing::debug!(writer = self.writer, error = %err, "inline write failed; writing through the pool");
+                "fell_back"
+            }
+        };
+        (self.counted)(self.writer, outcome);
+        done
+    }
+
+    async fn run<T, E>(
         &self,
         work: impl FnOnce(&Connection) -> Result<T, InlineFailed<E>>,
     ) -> Result<T, InlineFailed<E>> {
@@ -252,7 +279,8 @@ mod tests {
     #[tokio::test]
     async fn an_inline_shared_commit_writes_what_the_pool_reads_back() {
         let (_dir, db, partner_id) = funded_partner("inline-commit.db").await;
-        let writer = InlineWriter::for_db(&db).expect("a SQLite file has an inline writer");
+        let writer = InlineWriter::for_db(&db, "test", |_, _| {})
+            .expect("a SQLite file has an inline writer");
         let batch = batch_of(&partner_id, "k1", 2_250);
 
         let balances = writer
@@ -285,7 +313,7 @@ mod tests {
     #[tokio::test]
     async fn a_fired_debit_guard_writes_nothing_inline() {
         let (_dir, db, partner_id) = funded_partner("inline-fired.db").await;
-        let writer = InlineWriter::for_db(&db).unwrap();
+        let writer = InlineWriter::for_db(&db, "test", |_, _| {}).unwrap();
         let batch = batch_of(&partner_id, "k2", 20_000);
 
         let done = writer
@@ -308,7 +336,7 @@ mod tests {
     #[tokio::test]
     async fn a_lock_held_elsewhere_sends_the_commit_back_to_the_pool() {
         let (dir, db, partner_id) = funded_partner("inline-locked.db").await;
-        let writer = InlineWriter::for_db(&db).unwrap();
+        let writer = InlineWriter::for_db(&db, "test", |_, _| {}).unwrap();
         let other = Connection::open(dir.path().join("inline-locked.db")).unwrap();
         other.execute_batch("BEGIN IMMEDIATE").unwrap();
         let batch = batch_of(&partner_id, "k3", 1_000);
@@ -332,13 +360,34 @@ mod tests {
     }
 
     async fn accepted(db: &Db, partner_id: &str, key: &str) -> order::Model {
-        let writer = InlineWriter::for_db(db).unwrap();
+        let writer = InlineWriter::for_db(db, "test", |_, _| {}).unwrap();
         let batch = batch_of(partner_id, key, 1_000);
         writer
             .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
             .await
             .unwrap();
         batch.orders[0].order.clone()
+    }
+
+    fn supplier_row(id: &str, units: i32) -> supplier_order::Model {
+        supplier_order::Model {
+            id: id.into(),
+            mode: Mode::Sandbox,
+            package_code: "PKG".into(),
+            unit_count: units,
+            order_no: None,
+            status: SupplierOrderStatus::Placing,
+            attempts: 0,
+            last_error: None,
+            node_id: "n1".into(),
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+            supplier: "sandbox".into(),
+            plan_id: Some("pl_x".into()),
+            successor_id: None,
+            unit_cost_cents: None,
+            calls_sent: 0,
+        }
     }
 
     fn profile(order: &order::Model, n: i32) -> esim::Model {
@@ -364,7 +413,7 @@ mod tests {
     async fn deliveries_stored_inline_settle_their_order_once() {
         let (_dir, db, partner_id) = funded_partner("inline-deliver.db").await;
         let order = accepted(&db, &partner_id, "d1").await;
-        let writer = InlineWriter::for_db(&db).unwrap();
+        let writer = InlineWriter::for_db(&db, "test", |_, _| {}).unwrap();
         let deliver = |profiles: Vec<esim::Model>| {
             let writer = &writer;
             async move {
@@ -422,34 +471,16 @@ mod tests {
     async fn a_supplier_order_written_inline_takes_only_free_units() {
         let (_dir, db, partner_id) = funded_partner("inline-open.db").await;
         let order = accepted(&db, &partner_id, "s1").await;
-        let writer = InlineWriter::for_db(&db).unwrap();
+        let writer = InlineWriter::for_db(&db, "test", |_, _| {}).unwrap();
         let units: Vec<String> = (1..=2)
             .map(|n| crate::store::orders::unit_id(&order.id, n))
             .collect();
-        let row = |id: &str, units: usize| supplier_order::Model {
-            id: id.into(),
-            mode: Mode::Sandbox,
-            package_code: "PKG".into(),
-            unit_count: units as i32,
-            order_no: None,
-            status: SupplierOrderStatus::Placing,
-            attempts: 0,
-            last_error: None,
-            node_id: "n1".into(),
-            created_at: Utc::now(),
-            updated_at: Utc::now(),
-            supplier: "sandbox".into(),
-            plan_id: Some("pl_x".into()),
-            successor_id: None,
-            unit_cost_cents: None,
-            calls_sent: 0,
-        };
-        let first = row("B1", 2);
+        let first = supplier_row("B1", 2);
         writer
             .transaction(|c| crate::store::supplier_orders::open_inline(c, &first, &units))
             .await
             .unwrap();
-        let again = row("B2", 1);
+        let again = supplier_row("B2", 1);
         let refused = writer
             .transaction(|c| crate::store::supplier_orders::open_inline(c, &again, &units[1..]))
             .await;
@@ -476,5 +507,43 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(carried, 2);
+    }
+
+    static COUNTED: std::sync::Mutex<Vec<(&str, &str)>> = std::sync::Mutex::new(Vec::new());
+
+    fn remember(writer: &'static str, outcome: &'static str) {
+        COUNTED.lock().unwrap().push((writer, outcome));
+    }
+
+    /// Every transaction's outcome reaches the writer's counter, under its name.
+    #[tokio::test]
+    async fn each_outcome_is_counted_under_the_writer_s_name() {
+        let (dir, db, partner_id) = funded_partner("inline-counted.db").await;
+        let writer = InlineWriter::for_db(&db, "counted", remember).unwrap();
+        let commit = |key: &str, cents: i64| {
+            let batch = batch_of(&partner_id, key, cents);
+            let writer = &writer;
+            async move {
+                let _ = writer
+                    .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
+                    .await;
+            }
+        };
+
+        commit("c1", 1_000).await;
+        commit("c2", 1_000_000).await;
+        let other = Connection::open(dir.path().join("inline-counted.db")).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        commit("c3", 1_000).await;
+        other.execute_batch("ROLLBACK").unwrap();
+
+        let counted: Vec<&str> = COUNTED
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(writer, _)| *writer == "counted")
+            .map(|(_, outcome)| *outcome)
+            .collect();
+        assert_eq!(counted, ["committed", "refused", "fell_back"]);
     }
 }

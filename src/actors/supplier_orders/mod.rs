@@ -500,7 +500,7 @@ async fn open(
     let package_code = row.package_code.clone();
     let supplier = row.supplier.clone();
     *assigned.entry(supplier.clone()).or_default() += 1;
-    let inline = crate::actors::write_inline(args.inline.as_deref(), "supplier_orders", |c| {
+    let inline = crate::actors::write_inline(args.inline.as_deref(), |c| {
         rows::open_inline(c, &row, unit_ids)
     })
     .await;
