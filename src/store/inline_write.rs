@@ -78,7 +78,7 @@ impl InlineWriter {
                 counted,
             }),
             Err(err) => {
-                tracing::warn!(error = %err, "no inline writer; shared commits go through the pool");
+                tracing::warn!(writer, error = %err, "no inline writer; its writes go through the pool");
                 None
             }
         }
@@ -136,9 +136,10 @@ fn open(file: &Path) -> rusqlite::Result<Connection> {
     connection.pragma_update(None, "foreign_keys", true)?;
     connection.pragma_update(None, "temp_store", "memory")?;
     // A checkpoint runs inside the commit that crosses the mark and takes
-    // tens of milliseconds: not on an async worker. The pool's commits
-    // (deliveries, supplier orders, the node's heartbeat) cross it instead,
-    // every SQLITE_CHECKPOINT_PAGES pages as before, on sqlx's threads.
+    // tens of milliseconds: not on an async worker. The pool's commits (the
+    // supplier-order bookkeeping, claims, the node's heartbeat every few
+    // seconds) cross it instead, every SQLITE_CHECKPOINT_PAGES pages as
+    // before, on sqlx's threads.
     connection.pragma_update(None, "wal_autocheckpoint", 0)?;
     Ok(connection)
 }
