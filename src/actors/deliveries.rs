@@ -113,13 +113,9 @@ async fn store_deliveries(
         Some(Err(never)) => match never {},
         None => {
             let txn = store::begin_write(&writer.db).await?;
-            let delivered = store::orders::deliver_units(&txn, profiles, now).await?;
-            let mut orders: Vec<String> = profiles.iter().map(|p| p.order_id.clone()).collect();
-            orders.sort_unstable();
-            orders.dedup();
-            let settled = store::orders::finalize_many(&txn, &orders, now).await?;
+            let done = store::orders::deliver_and_settle(&txn, profiles, now).await?;
             txn.commit().await?;
-            (delivered, settled)
+            done
         }
     };
     for (order_id, order) in settled {

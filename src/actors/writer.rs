@@ -77,7 +77,7 @@ impl CommitWriter {
         tokio::spawn(read_bindings(db.clone(), questions));
         let (queue, mut incoming) = mpsc::channel::<Queued>(1024);
         tokio::spawn(async move {
-            let mut committer = Committer {
+            let committer = Committer {
                 inline: super::inline_writer(&db, "orders"),
                 db,
             };
@@ -175,7 +175,7 @@ impl Committer {
     /// Commits queued jobs, each partner at most once per transaction (an actor
     /// waits for its answer before it hands over another job, so a second job
     /// of one partner comes only from a restarted actor; it goes in a next round).
-    async fn commit_jobs(&mut self, jobs: Vec<Queued>) {
+    async fn commit_jobs(&self, jobs: Vec<Queued>) {
         let mut rest = jobs;
         while !rest.is_empty() {
             let mut seen = HashSet::new();
@@ -189,7 +189,7 @@ impl Committer {
 
     /// Commits jobs of distinct partners in one transaction; a job whose debit
     /// guard fires is answered `Insufficient` and the rest committed without it.
-    async fn commit_round(&mut self, jobs: Vec<Queued>) {
+    async fn commit_round(&self, jobs: Vec<Queued>) {
         let mut open = jobs;
         while !open.is_empty() {
             let now = open
@@ -235,7 +235,7 @@ impl Committer {
     /// transaction fails for any reason but a fired guard (the pool's answer,
     /// a lost race or the database's own error, is then the one given).
     async fn commit_shared(
-        &mut self,
+        &self,
         batches: &[&PartnerBatch],
         now: DateTime<Utc>,
     ) -> Result<Vec<Balances>, SharedError> {
@@ -256,7 +256,7 @@ impl Committer {
     /// The shared commit on the inline writer: `None` without one, or when it
     /// failed for a reason the pool should see for itself.
     async fn commit_inline(
-        &mut self,
+        &self,
         batches: &[&PartnerBatch],
         now: DateTime<Utc>,
     ) -> Option<Result<Vec<Balances>, SharedError>> {

@@ -35,15 +35,18 @@ use std::{path::Path, sync::Mutex, time::Duration};
 use rusqlite::{Connection, OpenFlags, types::Value as Cell};
 use sea_orm::{DbErr, Statement, Value};
 
-use super::{Db, bulk, sqlite_file, writes::write_turn};
+use super::{
+    Db, bulk, sqlite_file,
+    writes::{Gate, take_turn, write_gate},
+};
 use crate::sync::lock;
 
 /// A connection that writes a SQLite file on the caller's thread. Callers
 /// take the process's turn to write before the connection, so its lock is
 /// never waited for.
 pub struct InlineWriter {
-    /// The pool's database, whose write gate the writer takes.
-    db: Db,
+    /// The file's write gate, found once (every writer of the file takes it).
+    gate: Gate,
     /// The writer's own connection to the same file.
     connection: Mutex<Connection>,
     /// Which writer this is, for its counts.
@@ -70,9 +73,10 @@ impl InlineWriter {
     /// SQLite database, or a file the writer cannot open as the pool does.
     pub fn for_db(db: &Db, writer: &'static str, counted: Counter) -> Option<Self> {
         let file = sqlite_file(db).filter(|file| file.is_file())?;
+        let gate = write_gate(db)?;
         match open(&file) {
             Ok(connection) => Some(Self {
-                db: db.clone(),
+                gate,
                 connection: Mutex::new(connection),
                 writer,
                 counted,
@@ -108,7 +112,7 @@ impl InlineWriter {
         &self,
         work: impl FnOnce(&Connection) -> Result<T, InlineFailed<E>>,
     ) -> Result<T, InlineFailed<E>> {
-        let _turn = write_turn(&self.db)
+        let _turn = take_turn(&self.gate)
             .await
             .map_err(InlineFailed::Unavailable)?;
         // Held only with the turn, and never across an await: uncontended.

@@ -20,9 +20,9 @@
 //! hands it out (a local file is never dropped by a server or a proxy; the
 //! ping was one more hand-off per statement). The hottest point reads
 //! (`GET /balance`, `GET /orders/{id}`) skip the pool: [`inline`] runs them
-//! on the caller's thread over connections of its own, and the account
-//! actors' shared commit does the same over one connection of the writer's
-//! ([`inline_write`]).
+//! on the caller's thread over connections of its own, and the order path's
+//! three writers (the shared commit, supplier orders written down,
+//! deliveries) run their transactions the same way ([`inline_write`]).
 
 /// WAL pages between automatic checkpoints (about 40 MiB of 4 KiB pages).
 pub const SQLITE_CHECKPOINT_PAGES: u32 = 10_000;

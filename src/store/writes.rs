@@ -60,13 +60,17 @@ pub(crate) async fn write_alone<T>(
 
 /// This process's turn to write to its SQLite file, waited for in arrival
 /// order at most the busy timeout; `None` (no turn needed) on PostgreSQL.
-pub(super) async fn write_turn(db: &Db) -> Result<Option<OwnedMutexGuard<()>>, DbErr> {
-    let Some((gate, wait)) = write_gate(db) else {
-        return Ok(None);
-    };
-    tokio::time::timeout(wait, gate.lock_owned())
+async fn write_turn(db: &Db) -> Result<Option<OwnedMutexGuard<()>>, DbErr> {
+    match write_gate(db) {
+        Some(gate) => take_turn(&gate).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The turn at `gate`, waited for in arrival order at most its wait.
+pub(super) async fn take_turn((gate, wait): &Gate) -> Result<OwnedMutexGuard<()>, DbErr> {
+    tokio::time::timeout(*wait, gate.clone().lock_owned())
         .await
-        .map(Some)
         .map_err(|_| DbErr::Custom("database is locked (write queue)".into()))
 }
 
@@ -138,7 +142,10 @@ impl ConnectionTrait for WriteTxn {
 
 /// The write gates of this process, one per SQLite file, with how long a
 /// writer waits for its turn (the configured busy timeout).
-type Gates = HashMap<PathBuf, (Arc<tokio::sync::Mutex<()>>, Duration)>;
+type Gates = HashMap<PathBuf, Gate>;
+
+/// One file's write gate and how long a writer waits for its turn there.
+pub(super) type Gate = (Arc<tokio::sync::Mutex<()>>, Duration);
 
 static WRITE_GATES: LazyLock<std::sync::Mutex<Gates>> = LazyLock::new(Default::default);
 
@@ -149,7 +156,7 @@ pub(super) fn register_write_gate(db: &Db, wait: Duration) {
     gates.entry(file).or_insert_with(|| (Arc::default(), wait));
 }
 
-pub(super) fn write_gate(db: &Db) -> Option<(Arc<tokio::sync::Mutex<()>>, Duration)> {
+pub(super) fn write_gate(db: &Db) -> Option<Gate> {
     let file = sqlite_file(db)?;
     let gates = lock(&WRITE_GATES);
     gates.get(&file).cloned()

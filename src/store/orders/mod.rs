@@ -35,7 +35,7 @@ pub use claims::*;
 use money::move_float;
 pub use money::*;
 pub use settle::*;
-pub use settle_inline::*;
+pub(crate) use settle_inline::*;
 
 /// Orders a person should look at, newest first, at most `limit`.
 pub async fn needing_attention<C: ConnectionTrait>(

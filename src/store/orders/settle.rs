@@ -95,6 +95,31 @@ pub async fn deliver_units<C: ConnectionTrait>(
     Ok(stored)
 }
 
+/// [`deliver_units`] then [`finalize_many`] of their orders, in the
+/// caller's transaction: per profile whether it was stored, and the orders
+/// it settled.
+pub async fn deliver_and_settle<C: ConnectionTrait>(
+    txn: &C,
+    profiles: &[esim::Model],
+    now: DateTime<Utc>,
+) -> Result<DeliveredAndSettled, DbErr> {
+    let stored = deliver_units(txn, profiles, now).await?;
+    let settled = finalize_many(txn, &orders_of(profiles), now).await?;
+    Ok((stored, settled))
+}
+
+/// What storing a batch of deliveries did: per profile whether it was
+/// stored, and the orders it settled.
+pub type DeliveredAndSettled = (Vec<bool>, Vec<(String, Settled)>);
+
+/// The orders the profiles are dealt to, each once.
+pub(super) fn orders_of(profiles: &[esim::Model]) -> Vec<String> {
+    let mut orders: Vec<String> = profiles.iter().map(|p| p.order_id.clone()).collect();
+    orders.sort_unstable();
+    orders.dedup();
+    orders
+}
+
 /// Per profile, whether its unit was `settled` by this call, and the
 /// profiles to store (those).
 pub(super) fn profiles_to_store(

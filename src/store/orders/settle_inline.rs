@@ -7,7 +7,8 @@ use rusqlite::Connection;
 use sea_orm::{DbBackend, QueryTrait, Statement, sea_query::Query};
 
 use super::settle::{
-    final_statuses, profiles_to_store, settle_orders_update, settle_pending_update, unit_tally,
+    final_statuses, orders_of, profiles_to_store, settle_orders_update, settle_pending_update,
+    unit_tally,
 };
 use super::*;
 use crate::store::{
@@ -15,12 +16,7 @@ use crate::store::{
     inline_write::{self, InlineFailed},
 };
 
-/// What storing a batch of deliveries did: per profile whether it was
-/// stored, and the orders it settled.
-pub type DeliveredAndSettled = (Vec<bool>, Vec<(String, Settled)>);
-
-/// [`deliver_units`] then [`finalize_many`] of their orders, in the inline
-/// writer's transaction.
+/// [`deliver_and_settle`] in the inline writer's transaction.
 pub(crate) fn deliver_and_settle_inline<E>(
     connection: &Connection,
     profiles: &[esim::Model],
@@ -44,10 +40,10 @@ pub(crate) fn deliver_and_settle_inline<E>(
     {
         inline_write::execute(connection, &insert)?;
     }
-    let mut orders: Vec<String> = profiles.iter().map(|p| p.order_id.clone()).collect();
-    orders.sort_unstable();
-    orders.dedup();
-    Ok((stored, finalize_many_inline(connection, &orders, now)?))
+    Ok((
+        stored,
+        finalize_many_inline(connection, &orders_of(profiles), now)?,
+    ))
 }
 
 /// [`finalize_many`] on the inline writer's connection.
