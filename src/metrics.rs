@@ -86,8 +86,10 @@ pub(crate) const DB_POOL_CONNECTIONS: &str = "esim_db_pool_connections";
 pub(crate) const DB_POOL_MAX: &str = "esim_db_pool_max_connections";
 /// Point reads run on the handler's thread (SQLite), by outcome.
 pub(crate) const DB_INLINE_READS: &str = "esim_db_inline_reads_total";
-/// Write transactions run on the writer's own thread (SQLite), by writer and outcome.
+/// Writes run inline by the order path's writers (SQLite), by writer and outcome.
 pub(crate) const DB_INLINE_WRITES: &str = "esim_db_inline_writes_total";
+/// Writes carried per inline SQLite transaction (one commit for them all).
+pub(crate) const DB_INLINE_COMMIT_WRITES: &str = "esim_db_inline_commit_writes";
 /// Requests refused with 429: `class` (`read`, `write`, `supplier`,
 /// `catalogue`, or `failed_auth` when the source's failed-authentication
 /// budget is spent).
@@ -169,24 +171,19 @@ pub(crate) fn install() -> &'static PrometheusHandle {
 }
 
 fn with_buckets() -> Result<PrometheusBuilder, BuildError> {
-    PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full(HTTP_REQUEST_DURATION.into()), HTTP_BUCKETS)?
-        .set_buckets_for_metric(
-            Matcher::Full(PROVISIONING_DURATION.into()),
-            PROVISIONING_BUCKETS,
-        )?
-        .set_buckets_for_metric(
-            Matcher::Full(SUPPLIER_CALL_DURATION.into()),
-            SUPPLIER_BUCKETS,
-        )?
-        .set_buckets_for_metric(
-            Matcher::Full(ORDER_COMMIT_BATCHES.into()),
-            COMMIT_SIZE_BUCKETS,
-        )?
-        .set_buckets_for_metric(
-            Matcher::Full(ORDER_COMMIT_ORDERS.into()),
-            COMMIT_SIZE_BUCKETS,
-        )
+    let buckets: [(&str, &[f64]); 6] = [
+        (HTTP_REQUEST_DURATION, HTTP_BUCKETS),
+        (PROVISIONING_DURATION, PROVISIONING_BUCKETS),
+        (SUPPLIER_CALL_DURATION, SUPPLIER_BUCKETS),
+        (ORDER_COMMIT_BATCHES, COMMIT_SIZE_BUCKETS),
+        (ORDER_COMMIT_ORDERS, COMMIT_SIZE_BUCKETS),
+        (DB_INLINE_COMMIT_WRITES, COMMIT_SIZE_BUCKETS),
+    ];
+    buckets
+        .into_iter()
+        .try_fold(PrometheusBuilder::new(), |builder, (name, buckets)| {
+            builder.set_buckets_for_metric(Matcher::Full(name.into()), buckets)
+        })
 }
 
 fn describe() {
@@ -311,7 +308,11 @@ fn describe_internals() {
     );
     describe_counter!(
         DB_INLINE_WRITES,
-        "Write transactions of the SQLite file run on the writer's own thread, by writer (orders, deliveries, supplier_orders): committed, refused (a guard fired; rolled back), or fell_back to the pool."
+        "Writes of the SQLite file's order-path writers run inline, by writer (orders, deliveries, supplier_orders): committed, refused (a guard fired; rolled back), or fell_back to the pool."
+    );
+    describe_histogram!(
+        DB_INLINE_COMMIT_WRITES,
+        "Writes carried per inline SQLite transaction: the order-path writers' writes queued together share one commit and one fsync."
     );
     describe_counter!(
         RATE_LIMIT_REJECTIONS,
@@ -474,10 +475,14 @@ pub(crate) fn orders_committed(path: &'static str, batches: usize, orders: usize
     histogram!(ORDER_COMMIT_ORDERS, "path" => path).record(orders as f64);
 }
 
-/// One transaction tried on an inline writer: `committed`, `refused` (a
-/// guard fired; rolled back) or `fell_back` (written through the pool).
+/// One inline write's outcome: `committed`, `refused` (rolled back) or `fell_back` (to the pool).
 pub(crate) fn inline_write(writer: &'static str, outcome: &'static str) {
     counter!(DB_INLINE_WRITES, "writer" => writer, "outcome" => outcome).increment(1);
+}
+
+/// One inline transaction committed with `writes` writes (one fsync for all).
+pub(crate) fn inline_commit(writes: usize) {
+    histogram!(DB_INLINE_COMMIT_WRITES).record(writes as f64);
 }
 
 /// Seconds from `from` to `to`, never negative (clocks of two nodes may disagree).

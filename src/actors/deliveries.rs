@@ -1,7 +1,8 @@
 //! The single writer of delivered profiles. Provisioning tasks hand it one
 //! profile each; it stores every profile queued behind the one in progress,
-//! and settles their orders, in one transaction (on a SQLite file, on the
-//! task's own thread: [`crate::store::inline_write`]).
+//! and settles their orders, in one transaction (on a SQLite file, a write
+//! of the file's inline connection, committed with the other order-path
+//! writes queued meanwhile: [`crate::store::inline_write`]).
 
 use std::convert::Infallible;
 
@@ -66,8 +67,8 @@ impl DeliveryWriter {
 struct Writer {
     /// The database (the pool).
     db: Db,
-    /// On a SQLite file, the connection that writes on the task's own
-    /// thread ([`store::inline_write`]).
+    /// On a SQLite file, the file's inline connection
+    /// ([`store::inline_write`]).
     inline: Option<InlineWriter>,
 }
 
@@ -104,8 +105,10 @@ async fn store_deliveries(
     profiles: &[esim::Model],
 ) -> Result<Vec<bool>, sea_orm::DbErr> {
     let now = time::now();
-    let inline = super::write_inline(writer.inline.as_ref(), |connection| {
-        store::orders::deliver_and_settle_inline::<Infallible>(connection, profiles, now)
+    // Owned: the write may run on whichever writer takes the turn.
+    let owned = profiles.to_vec();
+    let inline = super::write_inline(writer.inline.as_ref(), move |connection| {
+        store::orders::deliver_and_settle_inline::<Infallible>(connection, &owned, now)
     })
     .await;
     let (delivered, settled) = match inline {

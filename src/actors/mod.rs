@@ -52,7 +52,11 @@ pub(crate) fn inline_writer(
     db: &crate::store::Db,
     writer: &'static str,
 ) -> Option<crate::store::inline_write::InlineWriter> {
-    crate::store::inline_write::InlineWriter::for_db(db, writer, crate::metrics::inline_write)
+    let counted = crate::store::inline_write::Counts {
+        outcome: crate::metrics::inline_write,
+        commit: crate::metrics::inline_commit,
+    };
+    crate::store::inline_write::InlineWriter::for_db(db, writer, counted)
 }
 
 /// Runs `work` in a transaction of `inline`, the writer's SQLite connection
@@ -61,8 +65,14 @@ pub(crate) fn inline_writer(
 /// back): the caller writes through the pool, whose answer is the one given.
 pub(crate) async fn write_inline<T, E>(
     inline: Option<&crate::store::inline_write::InlineWriter>,
-    work: impl FnOnce(&rusqlite::Connection) -> Result<T, crate::store::inline_write::InlineFailed<E>>,
-) -> Option<Result<T, E>> {
+    work: impl FnOnce(&rusqlite::Connection) -> Result<T, crate::store::inline_write::InlineFailed<E>>
+    + Send
+    + 'static,
+) -> Option<Result<T, E>>
+where
+    T: Send + 'static,
+    E: Send + 'static,
+{
     use crate::store::inline_write::InlineFailed;
     match inline?.transaction(work).await {
         Ok(done) => Some(Ok(done)),

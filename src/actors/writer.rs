@@ -12,9 +12,11 @@
 //! and the others are committed again without it; a unique key that lost a
 //! race fails the shared statement, and then each job is committed in its
 //! own savepoint so that only the job that lost is refused. On a SQLite
-//! file the shared transaction runs on the writer's own thread
+//! file the shared commit is a write of the file's inline connection
 //! ([`store::inline_write`]), none of its statements handed to sqlx's
-//! connection thread; anything but a fired guard sends it through the pool.
+//! connection thread, committed with whatever the other writers of the
+//! order path queued meanwhile; anything but a fired guard sends it through
+//! the pool.
 //!
 //! The actors' reads of their unknown Idempotency-Keys, one per batch, are
 //! merged the same way: a key reader task answers every lookup queued behind
@@ -166,8 +168,9 @@ async fn read_bindings(db: Db, mut questions: mpsc::Receiver<Lookup>) {
 struct Committer {
     /// The database (the pool).
     db: Db,
-    /// On a SQLite file, the connection that runs a shared commit on the
-    /// task's own thread ([`store::inline_write`]).
+    /// On a SQLite file, the file's inline connection, which runs a shared
+    /// commit on the thread of whichever writer holds the turn
+    /// ([`store::inline_write`]).
     inline: Option<InlineWriter>,
 }
 
@@ -260,8 +263,11 @@ impl Committer {
         batches: &[&PartnerBatch],
         now: DateTime<Utc>,
     ) -> Option<Result<Vec<Balances>, SharedError>> {
-        let done = super::write_inline(self.inline.as_ref(), |connection| {
-            store::orders::accept_batches_inline(connection, batches, now)
+        // Owned: the write may run on whichever writer takes the turn.
+        let owned: Vec<PartnerBatch> = batches.iter().map(|batch| (*batch).clone()).collect();
+        let done = super::write_inline(self.inline.as_ref(), move |connection| {
+            let batches: Vec<&PartnerBatch> = owned.iter().collect();
+            store::orders::accept_batches_inline(connection, &batches, now)
         })
         .await?;
         Some(done.map_err(SharedError::Fired))

@@ -9,14 +9,23 @@
 //! under load each costs more than the statement it carries, all of it with
 //! the process's write gate held, so every other writer waits for the
 //! hand-offs too. Here the same statements (built by the same functions for
-//! SQLite) run on the caller's thread over a connection of the writer's
-//! own, after the caller has taken the gate like every writer
+//! SQLite) run on the caller's thread over one connection per file, after
+//! the caller has taken the gate like every writer
 //! ([`super::begin_write`]). The connection never waits for SQLite's lock
 //! (busy timeout zero): holding the gate, it finds the lock taken only by
-//! another program, and then, as on any error, the transaction is rolled
-//! back and the caller writes through the pool, which waits as it always
-//! does. A transaction that began holds SQLite's write lock and meets no
-//! other writer until its `COMMIT`.
+//! another program, and then, as on any error, the write is rolled back and
+//! the caller writes through the pool, which waits as it always does.
+//!
+//! **One commit for every writer waiting.** The three writers work on the
+//! same recent orders, so their transactions dirty the same pages (the
+//! newest leaves of the orders and units tables and their indexes), and each
+//! commit writes those pages to the WAL again and syncs it. So a write is
+//! queued first; whichever writer then takes the gate runs every write
+//! queued by then in one transaction, each inside a savepoint of its own
+//! (a write that refuses, or fails, rolls back alone and is answered as if
+//! it had run by itself), and commits once: one fsync and one copy of each
+//! page for all of them. A writer whose write was run by another finds its
+//! answer without taking the gate.
 //!
 //! The connection is set up as the pool's are (WAL, `synchronous=FULL`,
 //! foreign keys), so what it commits is as durable and as checked as what
@@ -30,10 +39,19 @@
 //! a scan, and the checkpoint, which can take tens of milliseconds, is left
 //! to the pool.
 
-use std::{path::Path, sync::Mutex, time::Duration};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, LazyLock, Mutex, Weak,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use rusqlite::{Connection, OpenFlags, types::Value as Cell};
 use sea_orm::{DbErr, Statement, Value};
+use tokio::sync::oneshot;
 
 use super::{
     Db, bulk, sqlite_file,
@@ -41,22 +59,34 @@ use super::{
 };
 use crate::sync::lock;
 
-/// A connection that writes a SQLite file on the caller's thread. Callers
-/// take the process's turn to write before the connection, so its lock is
-/// never waited for.
+/// One writer's handle on its file's inline connection. Callers take the
+/// process's turn to write before the connection, so its lock is never
+/// waited for.
 pub struct InlineWriter {
-    /// The file's write gate, found once (every writer of the file takes it).
-    gate: Gate,
-    /// The writer's own connection to the same file.
-    connection: Mutex<Connection>,
+    /// The file's connection and queue, shared by every inline writer of it.
+    file: Arc<InlineFile>,
     /// Which writer this is, for its counts.
     writer: &'static str,
-    /// Where each transaction's outcome is counted.
-    counted: Counter,
+    /// Where outcomes and commits are counted.
+    counted: Counts,
 }
 
-/// Counts a transaction's outcome: (writer, `committed` | `refused` | `fell_back`).
-pub type Counter = fn(&'static str, &'static str);
+/// Where an inline writer's outcomes are counted.
+#[derive(Clone, Copy)]
+pub struct Counts {
+    /// A write's outcome: (writer, `committed` | `refused` | `fell_back`).
+    pub outcome: fn(&'static str, &'static str),
+    /// A transaction committed, with the number of writes it carried.
+    pub commit: fn(usize),
+}
+
+impl Counts {
+    /// Counts nothing.
+    pub const NONE: Counts = Counts {
+        outcome: |_, _| {},
+        commit: |_| {},
+    };
+}
 
 /// Why an inline transaction did not commit.
 #[derive(Debug)]
@@ -68,16 +98,41 @@ pub enum InlineFailed<E> {
     Unavailable(DbErr),
 }
 
+/// A SQLite file's inline connection and the writes queued for it.
+struct InlineFile {
+    /// The file's write gate, found once (every writer of the file takes it).
+    gate: Gate,
+    /// The connection, used only by the writer holding the gate.
+    connection: Mutex<Connection>,
+    /// Writes waiting for the next transaction, in arrival order, by number.
+    queued: Mutex<Vec<(u64, Job)>>,
+    /// The next write's number.
+    numbers: AtomicU64,
+}
+
+/// A queued write: run on the connection inside the transaction (its
+/// savepoint is the runner's), or abandoned with the reason (answered
+/// `Unavailable`, nothing run). `Some` when it ran and keeps its writes:
+/// what to answer once the commit's outcome is known.
+type Job = Box<dyn FnOnce(Result<&Connection, &DbErr>) -> Option<Settle> + Send>;
+
+/// Answers a write that kept its writes, with the outcome of the commit.
+type Settle = Box<dyn FnOnce(Result<(), &DbErr>) + Send>;
+
+/// The inline connections of this process, one per SQLite file, alive as
+/// long as a writer holds them.
+static FILES: LazyLock<Mutex<HashMap<PathBuf, Weak<InlineFile>>>> = LazyLock::new(Default::default);
+
 impl InlineWriter {
     /// An inline writer of `db`'s file; `None` for PostgreSQL, an in-memory
     /// SQLite database, or a file the writer cannot open as the pool does.
-    pub fn for_db(db: &Db, writer: &'static str, counted: Counter) -> Option<Self> {
+    /// The writers of one file share its connection.
+    pub fn for_db(db: &Db, writer: &'static str, counted: Counts) -> Option<Self> {
         let file = sqlite_file(db).filter(|file| file.is_file())?;
         let gate = write_gate(db)?;
-        match open(&file) {
-            Ok(connection) => Some(Self {
-                gate,
-                connection: Mutex::new(connection),
+        match InlineFile::shared(&file, gate) {
+            Ok(file) => Some(Self {
+                file,
                 writer,
                 counted,
             }),
@@ -88,14 +143,18 @@ impl InlineWriter {
         }
     }
 
-    /// Runs `work` in one transaction in this process's turn to write:
-    /// committed when it returns `Ok`, rolled back otherwise; the outcome
-    /// is counted.
+    /// Runs `work` in this process's turn to write, in one transaction with
+    /// whatever other writes of the file are queued: its writes committed
+    /// when it returns `Ok`, rolled back otherwise; the outcome is counted.
     pub async fn transaction<T, E>(
         &self,
-        work: impl FnOnce(&Connection) -> Result<T, InlineFailed<E>>,
-    ) -> Result<T, InlineFailed<E>> {
-        let done = self.run(work).await;
+        work: impl FnOnce(&Connection) -> Result<T, InlineFailed<E>> + Send + 'static,
+    ) -> Result<T, InlineFailed<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let done = self.file.write(work, self.counted.commit).await;
         let outcome = match &done {
             Ok(_) => "committed",
             Err(InlineFailed::Refused(_)) => "refused",
@@ -104,30 +163,211 @@ impl InlineWriter {
                 "fell_back"
             }
         };
-        (self.counted)(self.writer, outcome);
+        (self.counted.outcome)(self.writer, outcome);
         done
     }
+}
 
-    async fn run<T, E>(
-        &self,
-        work: impl FnOnce(&Connection) -> Result<T, InlineFailed<E>>,
-    ) -> Result<T, InlineFailed<E>> {
-        let _turn = take_turn(&self.gate)
-            .await
-            .map_err(InlineFailed::Unavailable)?;
-        // Held only with the turn, and never across an await: uncontended.
-        let mut connection = lock(&self.connection);
-        if !connection.is_autocommit() {
-            // A rollback on drop that failed left a transaction open.
-            connection.execute_batch("ROLLBACK").map_err(unavailable)?;
+impl InlineFile {
+    /// The file's inline connection, opened if no writer holds it yet.
+    fn shared(path: &Path, gate: Gate) -> rusqlite::Result<Arc<Self>> {
+        let mut files = lock(&FILES);
+        if let Some(file) = files.get(path).and_then(Weak::upgrade) {
+            return Ok(file);
         }
-        let txn = connection
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(unavailable)?;
-        let done = work(&txn)?;
-        txn.commit().map_err(unavailable)?;
-        Ok(done)
+        files.retain(|_, file| file.strong_count() > 0);
+        let file = Arc::new(Self {
+            gate,
+            connection: Mutex::new(open(path)?),
+            queued: Mutex::new(Vec::new()),
+            numbers: AtomicU64::new(0),
+        });
+        files.insert(path.to_owned(), Arc::downgrade(&file));
+        Ok(file)
     }
+
+    /// Queues `work`, then waits for its answer or the turn to write,
+    /// whichever comes first; with the turn, runs every queued write.
+    async fn write<T, E>(
+        &self,
+        work: impl FnOnce(&Connection) -> Result<T, InlineFailed<E>> + Send + 'static,
+        commits: fn(usize),
+    ) -> Result<T, InlineFailed<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let (answer, mut answered) = oneshot::channel();
+        let number = self.numbers.fetch_add(1, Ordering::Relaxed);
+        lock(&self.queued).push((number, job(work, answer)));
+        let turn = tokio::select! {
+            biased;
+            done = &mut answered => return received(done),
+            turn = take_turn(&self.gate) => turn,
+        };
+        match turn {
+            Ok(_turn) => self.run_queued(commits),
+            // Not run yet: withdrawn, so it never runs behind the caller's back.
+            Err(err) if self.withdraw(number) => return Err(InlineFailed::Unavailable(err)),
+            // Taken by the writer holding the turn: its answer is coming.
+            Err(_) => {}
+        }
+        // A runner answers every write it took before it passes the turn on.
+        received(answered.await)
+    }
+
+    /// Removes a write that has not been taken yet; `false` if it was.
+    fn withdraw(&self, number: u64) -> bool {
+        let mut queued = lock(&self.queued);
+        let before = queued.len();
+        queued.retain(|(queued, _)| *queued != number);
+        queued.len() < before
+    }
+
+    /// Runs every queued write in one transaction (the caller holds the turn).
+    fn run_queued(&self, commits: fn(usize)) {
+        let jobs: Vec<Job> = std::mem::take(&mut *lock(&self.queued))
+            .into_iter()
+            .map(|(_, job)| job)
+            .collect();
+        if jobs.is_empty() {
+            return;
+        }
+        // Held only with the turn, and never across an await: uncontended.
+        let connection = lock(&self.connection);
+        if let Some(writes) = run_together(&connection, jobs) {
+            commits(writes);
+        }
+    }
+}
+
+/// A write made ready to queue: `work`, its savepoint's outcome and its answer.
+fn job<T, E>(
+    work: impl FnOnce(&Connection) -> Result<T, InlineFailed<E>> + Send + 'static,
+    answer: oneshot::Sender<Result<T, InlineFailed<E>>>,
+) -> Job
+where
+    T: Send + 'static,
+    E: Send + 'static,
+{
+    Box::new(move |connection| {
+        let connection = match connection {
+            Ok(connection) => connection,
+            Err(err) => {
+                let _ = answer.send(Err(InlineFailed::Unavailable(err.clone())));
+                return None;
+            }
+        };
+        match work(connection) {
+            Ok(done) => Some(Box::new(move |committed: Result<(), &DbErr>| {
+                let answered = committed
+                    .map(|()| done)
+                    .map_err(|err| InlineFailed::Unavailable(err.clone()));
+                let _ = answer.send(answered);
+            }) as Settle),
+            // Rolled back to its savepoint by the runner: nothing of it stays.
+            Err(failed) => {
+                let _ = answer.send(Err(failed));
+                None
+            }
+        }
+    })
+}
+
+/// A write's answer as received; a runner that vanished without answering
+/// (it cannot, short of a panic) leaves the write uncommitted.
+fn received<T, E>(
+    done: Result<Result<T, InlineFailed<E>>, oneshot::error::RecvError>,
+) -> Result<T, InlineFailed<E>> {
+    done.unwrap_or_else(|_| {
+        Err(InlineFailed::Unavailable(DbErr::Custom(
+            "inline write: abandoned by its runner".into(),
+        )))
+    })
+}
+
+/// Runs `jobs` in one transaction, each in a savepoint of its own, and
+/// commits once; every write is answered. The number of writes committed,
+/// if the transaction committed any.
+fn run_together(connection: &Connection, jobs: Vec<Job>) -> Option<usize> {
+    if let Err(err) = begin(connection) {
+        abandon(jobs, &err);
+        return None;
+    }
+    let mut kept: Vec<Settle> = Vec::with_capacity(jobs.len());
+    let mut jobs = jobs.into_iter();
+    while let Some(job) = jobs.next() {
+        if let Err(err) = savepoint(connection) {
+            lose(
+                connection,
+                kept,
+                std::iter::once(job).chain(jobs).collect(),
+                &err,
+            );
+            return None;
+        }
+        let end = match job(Ok(connection)) {
+            Some(settle) => {
+                kept.push(settle);
+                "RELEASE write"
+            }
+            None => "ROLLBACK TO write; RELEASE write",
+        };
+        if let Err(err) = connection.execute_batch(end).map_err(db_err) {
+            lose(connection, kept, jobs.collect(), &err);
+            return None;
+        }
+    }
+    let committed = connection.execute_batch("COMMIT").map_err(db_err);
+    if committed.is_err() {
+        let _ = connection.execute_batch("ROLLBACK");
+    }
+    let writes = kept.len();
+    settle_all(kept, committed.as_ref().map(|_| ()));
+    committed.ok().filter(|()| writes > 0).map(|()| writes)
+}
+
+/// `BEGIN IMMEDIATE`, after ending a transaction a failed rollback left open.
+fn begin(connection: &Connection) -> Result<(), DbErr> {
+    if !connection.is_autocommit() {
+        connection.execute_batch("ROLLBACK").map_err(db_err)?;
+    }
+    connection.execute_batch("BEGIN IMMEDIATE").map_err(db_err)
+}
+
+/// A savepoint for the next write; it fails if the transaction is gone.
+fn savepoint(connection: &Connection) -> Result<(), DbErr> {
+    if connection.is_autocommit() {
+        return Err(DbErr::Custom(
+            "inline write: the transaction ended under a write".into(),
+        ));
+    }
+    connection.execute_batch("SAVEPOINT write").map_err(db_err)
+}
+
+/// The transaction is lost (SQLite ended it, or it cannot go on): nothing
+/// of it commits, the writes that ran are answered with `why` and those
+/// left are not run.
+fn lose(connection: &Connection, kept: Vec<Settle>, left: Vec<Job>, why: &DbErr) {
+    let _ = connection.execute_batch("ROLLBACK");
+    settle_all(kept, Err(why));
+    abandon(left, why);
+}
+
+fn settle_all(kept: Vec<Settle>, committed: Result<(), &DbErr>) {
+    for settle in kept {
+        settle(committed);
+    }
+}
+
+fn abandon(jobs: Vec<Job>, why: &DbErr) {
+    for job in jobs {
+        let _ = job(Err(why));
+    }
+}
+
+fn db_err(err: rusqlite::Error) -> DbErr {
+    DbErr::Custom(format!("inline write: {err}"))
 }
 
 fn open(file: &Path) -> rusqlite::Result<Connection> {
@@ -150,7 +390,7 @@ fn open(file: &Path) -> rusqlite::Result<Connection> {
 
 /// A SQLite error as the reason to commit through the pool instead.
 pub(crate) fn unavailable<E>(err: rusqlite::Error) -> InlineFailed<E> {
-    InlineFailed::Unavailable(DbErr::Custom(format!("inline write: {err}")))
+    InlineFailed::Unavailable(db_err(err))
 }
 
 /// Runs a statement built for SQLite (`?` placeholders); rows changed.
@@ -264,6 +504,20 @@ mod tests {
         }
     }
 
+    /// The inline shared commit of one batch, as a write that owns it.
+    fn accept(
+        batch: &PartnerBatch,
+    ) -> impl FnOnce(
+        &Connection,
+    ) -> Result<
+        Vec<crate::store::orders::Balances>,
+        InlineFailed<std::collections::BTreeSet<usize>>,
+    > + Send
+    + 'static {
+        let batch = batch.clone();
+        move |c| accept_batches_inline(c, &[&batch], Utc::now())
+    }
+
     async fn sandbox_balance(db: &Db, partner_id: &str) -> i64 {
         let float = float::Entity::find_by_id((partner_id.to_owned(), Mode::Sandbox))
             .one(db)
@@ -284,14 +538,11 @@ mod tests {
     #[tokio::test]
     async fn an_inline_shared_commit_writes_what_the_pool_reads_back() {
         let (_dir, db, partner_id) = funded_partner("inline-commit.db").await;
-        let writer = InlineWriter::for_db(&db, "test", |_, _| {})
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE)
             .expect("a SQLite file has an inline writer");
         let batch = batch_of(&partner_id, "k1", 2_250);
 
-        let balances = writer
-            .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
-            .await
-            .unwrap();
+        let balances = writer.transaction(accept(&batch)).await.unwrap();
 
         assert_eq!(balances, vec![(None, Some(7_750))]);
         assert_eq!(sandbox_balance(&db, &partner_id).await, 7_750);
@@ -318,12 +569,10 @@ mod tests {
     #[tokio::test]
     async fn a_fired_debit_guard_writes_nothing_inline() {
         let (_dir, db, partner_id) = funded_partner("inline-fired.db").await;
-        let writer = InlineWriter::for_db(&db, "test", |_, _| {}).unwrap();
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
         let batch = batch_of(&partner_id, "k2", 20_000);
 
-        let done = writer
-            .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
-            .await;
+        let done = writer.transaction(accept(&batch)).await;
 
         match done {
             Err(InlineFailed::Refused(fired)) => {
@@ -341,14 +590,12 @@ mod tests {
     #[tokio::test]
     async fn a_lock_held_elsewhere_sends_the_commit_back_to_the_pool() {
         let (dir, db, partner_id) = funded_partner("inline-locked.db").await;
-        let writer = InlineWriter::for_db(&db, "test", |_, _| {}).unwrap();
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
         let other = Connection::open(dir.path().join("inline-locked.db")).unwrap();
         other.execute_batch("BEGIN IMMEDIATE").unwrap();
         let batch = batch_of(&partner_id, "k3", 1_000);
 
-        let done = writer
-            .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
-            .await;
+        let done = writer.transaction(accept(&batch)).await;
 
         assert!(
             matches!(done, Err(InlineFailed::Unavailable(_))),
@@ -356,21 +603,15 @@ mod tests {
         );
         other.execute_batch("ROLLBACK").unwrap();
         assert_eq!(orders_of(&db, &partner_id).await, 0);
-        let balances = writer
-            .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
-            .await
-            .unwrap();
+        let balances = writer.transaction(accept(&batch)).await.unwrap();
         assert_eq!(balances, vec![(None, Some(9_000))]);
         assert_eq!(orders_of(&db, &partner_id).await, 1);
     }
 
     async fn accepted(db: &Db, partner_id: &str, key: &str) -> order::Model {
-        let writer = InlineWriter::for_db(db, "test", |_, _| {}).unwrap();
+        let writer = InlineWriter::for_db(db, "test", Counts::NONE).unwrap();
         let batch = batch_of(partner_id, key, 1_000);
-        writer
-            .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
-            .await
-            .unwrap();
+        writer.transaction(accept(&batch)).await.unwrap();
         batch.orders[0].order.clone()
     }
 
@@ -418,12 +659,12 @@ mod tests {
     async fn deliveries_stored_inline_settle_their_order_once() {
         let (_dir, db, partner_id) = funded_partner("inline-deliver.db").await;
         let order = accepted(&db, &partner_id, "d1").await;
-        let writer = InlineWriter::for_db(&db, "test", |_, _| {}).unwrap();
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
         let deliver = |profiles: Vec<esim::Model>| {
             let writer = &writer;
             async move {
                 writer
-                    .transaction(|c| {
+                    .transaction(move |c| {
                         deliver_and_settle_inline::<Infallible>(c, &profiles, Utc::now())
                     })
                     .await
@@ -476,18 +717,24 @@ mod tests {
     async fn a_supplier_order_written_inline_takes_only_free_units() {
         let (_dir, db, partner_id) = funded_partner("inline-open.db").await;
         let order = accepted(&db, &partner_id, "s1").await;
-        let writer = InlineWriter::for_db(&db, "test", |_, _| {}).unwrap();
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
         let units: Vec<String> = (1..=2)
             .map(|n| crate::store::orders::unit_id(&order.id, n))
             .collect();
         let first = supplier_row("B1", 2);
         writer
-            .transaction(|c| crate::store::supplier_orders::open_inline(c, &first, &units))
+            .transaction({
+                let (first, units) = (first.clone(), units.clone());
+                move |c| crate::store::supplier_orders::open_inline(c, &first, &units)
+            })
             .await
             .unwrap();
         let again = supplier_row("B2", 1);
         let refused = writer
-            .transaction(|c| crate::store::supplier_orders::open_inline(c, &again, &units[1..]))
+            .transaction({
+                let units = units[1..].to_vec();
+                move |c| crate::store::supplier_orders::open_inline(c, &again, &units)
+            })
             .await;
 
         assert!(
@@ -514,6 +761,65 @@ mod tests {
         assert_eq!(carried, 2);
     }
 
+    /// A supplier order's bookkeeping (the call counted, its number, its
+    /// final status) written inline reads back as the pool writes it.
+    #[tokio::test]
+    async fn a_supplier_order_s_bookkeeping_written_inline_reads_back() {
+        use crate::store::supplier_orders::{count_sent, finish, get, placed};
+        let (_dir, db, partner_id) = funded_partner("inline-bookkeeping.db").await;
+        let order = accepted(&db, &partner_id, "b1").await;
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
+        let units = vec![crate::store::orders::unit_id(&order.id, 1)];
+        let row = supplier_row("K1", 1);
+        writer
+            .transaction(move |c| crate::store::supplier_orders::open_inline(c, &row, &units))
+            .await
+            .unwrap();
+        let inline = Some(&writer);
+
+        assert_eq!(
+            count_sent(&db, inline, "K1", 1, Utc::now()).await.unwrap(),
+            1
+        );
+        assert_eq!(
+            count_sent(&db, inline, "K1", 1, Utc::now()).await.unwrap(),
+            2
+        );
+        assert_eq!(
+            count_sent(&db, inline, "K1", -1, Utc::now()).await.unwrap(),
+            1
+        );
+        assert_eq!(
+            count_sent(&db, inline, "none", 1, Utc::now())
+                .await
+                .unwrap(),
+            0
+        );
+        placed(&db, inline, "K1", "SO-1", Some(250), Utc::now())
+            .await
+            .unwrap();
+        let allocated = SupplierOrderStatus::Allocated;
+        finish(&db, inline, "K1", allocated, None, Utc::now())
+            .await
+            .unwrap();
+
+        let read = get(&db, "K1").await.unwrap().unwrap();
+        assert_eq!(
+            (
+                read.calls_sent,
+                read.order_no.as_deref(),
+                read.unit_cost_cents,
+                read.status
+            ),
+            (1, Some("SO-1"), Some(250), allocated)
+        );
+        assert_eq!(
+            count_sent(&db, None, "K1", 1, Utc::now()).await.unwrap(),
+            2,
+            "the pool counts on from what was written inline"
+        );
+    }
+
     static COUNTED: std::sync::Mutex<Vec<(&str, &str)>> = std::sync::Mutex::new(Vec::new());
 
     fn remember(writer: &'static str, outcome: &'static str) {
@@ -524,14 +830,20 @@ mod tests {
     #[tokio::test]
     async fn each_outcome_is_counted_under_the_writer_s_name() {
         let (dir, db, partner_id) = funded_partner("inline-counted.db").await;
-        let writer = InlineWriter::for_db(&db, "counted", remember).unwrap();
+        let writer = InlineWriter::for_db(
+            &db,
+            "counted",
+            Counts {
+                outcome: remember,
+                commit: |_| {},
+            },
+        )
+        .unwrap();
         let commit = |key: &str, cents: i64| {
             let batch = batch_of(&partner_id, key, cents);
             let writer = &writer;
             async move {
-                let _ = writer
-                    .transaction(|c| accept_batches_inline(c, &[&batch], Utc::now()))
-                    .await;
+                let _ = writer.transaction(accept(&batch)).await;
             }
         };
 
@@ -550,5 +862,63 @@ mod tests {
             .map(|(_, outcome)| *outcome)
             .collect();
         assert_eq!(counted, ["committed", "refused", "fell_back"]);
+    }
+
+    static COMMITTED_TOGETHER: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+    /// Writes queued while another writer holds the turn run in one
+    /// transaction with one commit; a write whose guard fires inside it rolls
+    /// back alone, and the others' writes stay.
+    #[tokio::test]
+    async fn writes_queued_together_share_one_commit_and_refuse_alone() {
+        let (_dir, db, partner_id) = funded_partner("inline-together.db").await;
+        let counts = Counts {
+            outcome: |_, _| {},
+            commit: |writes| COMMITTED_TOGETHER.lock().unwrap().push(writes),
+        };
+        let orders = Arc::new(InlineWriter::for_db(&db, "orders", counts).unwrap());
+        let deliveries = Arc::new(InlineWriter::for_db(&db, "deliveries", counts).unwrap());
+        assert!(
+            Arc::ptr_eq(&orders.file, &deliveries.file),
+            "the writers of one file share its connection"
+        );
+        let gate = write_gate(&db).unwrap();
+        let held = take_turn(&gate).await.unwrap();
+        let mut writes = Vec::new();
+        for (writer, key, cents) in [
+            (&orders, "t1", 1_000),
+            (&deliveries, "t2", 50_000),
+            (&orders, "t3", 2_000),
+        ] {
+            let (writer, batch) = (writer.clone(), batch_of(&partner_id, key, cents));
+            writes.push(tokio::spawn(async move {
+                writer.transaction(accept(&batch)).await
+            }));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while lock(&orders.file.queued).len() < 3 {
+            assert!(std::time::Instant::now() < deadline, "three writes queued");
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        let mut answers = Vec::new();
+        for write in writes {
+            answers.push(write.await.unwrap());
+        }
+
+        assert_eq!(answers[0].as_ref().unwrap(), &vec![(None, Some(9_000))]);
+        assert!(
+            matches!(answers[1], Err(InlineFailed::Refused(_))),
+            "the float cannot pay it: {:?}",
+            answers[1]
+        );
+        assert_eq!(answers[2].as_ref().unwrap(), &vec![(None, Some(7_000))]);
+        assert_eq!(
+            *COMMITTED_TOGETHER.lock().unwrap(),
+            [2],
+            "one commit of two writes"
+        );
+        assert_eq!(sandbox_balance(&db, &partner_id).await, 7_000);
+        assert_eq!(orders_of(&db, &partner_id).await, 2);
     }
 }

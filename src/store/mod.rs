@@ -22,7 +22,8 @@
 //! (`GET /balance`, `GET /orders/{id}`) skip the pool: [`inline`] runs them
 //! on the caller's thread over connections of its own, and the order path's
 //! three writers (the shared commit, supplier orders written down,
-//! deliveries) run their transactions the same way ([`inline_write`]).
+//! deliveries) run their writes the same way, those queued together in one
+//! transaction with one commit ([`inline_write`]).
 
 /// WAL pages between automatic checkpoints (about 40 MiB of 4 KiB pages).
 pub const SQLITE_CHECKPOINT_PAGES: u32 = 10_000;

@@ -2,6 +2,8 @@
 //! many of our orders. Each is written down, with the units it carries,
 //! before the supplier is called.
 
+use std::convert::Infallible;
+
 use chrono::{DateTime, Utc};
 use entities::{order_unit, supplier_order};
 use sea_orm::{
@@ -12,7 +14,7 @@ use sea_orm::{
 
 use super::{
     Db, bulk,
-    inline_write::{self, InlineFailed},
+    inline_write::{self, InlineFailed, InlineWriter},
     write_alone,
 };
 use crate::domain::states::{SupplierOrderStatus, UnitStatus};
@@ -102,6 +104,7 @@ pub(crate) async fn units_of<C: ConnectionTrait>(
 /// said): the order is placed.
 pub(crate) async fn placed(
     db: &Db,
+    inline: Option<&InlineWriter>,
     id: &str,
     order_no: &str,
     unit_cost_cents: Option<i64>,
@@ -117,12 +120,13 @@ pub(crate) async fn placed(
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
         .filter(supplier_order::Column::Id.eq(id))
         .filter(supplier_order::Column::Status.eq(Placing));
-    write_alone(db, update.exec(db)).await.map(|_| ())
+    update_one(db, inline, update).await
 }
 
 /// Moves a supplier order to a final status (`allocated` or `failed`).
 pub(crate) async fn finish(
     db: &Db,
+    inline: Option<&InlineWriter>,
     id: &str,
     status: SupplierOrderStatus,
     error: Option<&str>,
@@ -138,7 +142,7 @@ pub(crate) async fn finish(
     let update = update
         .filter(supplier_order::Column::Id.eq(id))
         .filter(supplier_order::Column::Status.is_in([Placing, Placed]));
-    write_alone(db, update.exec(db)).await.map(|_| ())
+    update_one(db, inline, update).await
 }
 
 /// Counts a placement call that settled nothing; returns the attempts so far.
@@ -165,6 +169,7 @@ pub(crate) async fn failed_attempt(
 /// (`by` = -1) when it certainly never left; returns the count after.
 pub(crate) async fn count_sent(
     db: &Db,
+    inline: Option<&InlineWriter>,
     id: &str,
     by: i32,
     now: DateTime<Utc>,
@@ -176,8 +181,42 @@ pub(crate) async fn count_sent(
         )
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
         .filter(supplier_order::Column::Id.eq(id));
+    if let Some(inline) = inline {
+        let mut counted = update.clone().into_query();
+        counted.returning_col(supplier_order::Column::CallsSent);
+        let counted = DbBackend::Sqlite.build(&counted);
+        let done = inline
+            .transaction(move |c| {
+                inline_write::query::<i32, Infallible>(c, &counted, |row| row.get(0))
+            })
+            .await;
+        if let Ok(after) = done {
+            return Ok(after.first().copied().unwrap_or(0));
+        }
+    }
     write_alone(db, update.exec(db)).await?;
     Ok(get(db, id).await?.map(|row| row.calls_sent).unwrap_or(0))
+}
+
+/// Runs a bookkeeping update of one supplier order: on a SQLite file as a
+/// write of its inline connection, committed with the order path's other
+/// writes queued meanwhile (no commit and fsync of its own), else (or if
+/// that failed, rolled back) alone through the pool.
+async fn update_one(
+    db: &Db,
+    inline: Option<&InlineWriter>,
+    update: UpdateMany<supplier_order::Entity>,
+) -> Result<(), DbErr> {
+    if let Some(inline) = inline {
+        let statement = update.clone().build(DbBackend::Sqlite);
+        let done = inline
+            .transaction(move |c| inline_write::execute::<Infallible>(c, &statement))
+            .await;
+        if done.is_ok() {
+            return Ok(());
+        }
+    }
+    write_alone(db, update.exec(db)).await.map(|_| ())
 }
 
 /// The supplier's own lookup proved it has no order under this id: nothing

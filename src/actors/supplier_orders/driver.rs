@@ -298,7 +298,7 @@ async fn attempt(
         }
     }
     if live {
-        *sent = rows::count_sent(&args.db, &row.id, 1, time::now())
+        *sent = rows::count_sent(&args.db, args.inline.as_deref(), &row.id, 1, time::now())
             .await
             .map_err(|e| SupplierError::NotSent(format!("writing the call down: {e}")))?;
     }
@@ -319,7 +319,7 @@ async fn attempt(
         }
         // Nothing left, or nothing was bought by this call: it is taken back.
         Err(e) if live && e.certainly_not_taken() => {
-            *sent = rows::count_sent(&args.db, &row.id, -1, time::now())
+            *sent = rows::count_sent(&args.db, args.inline.as_deref(), &row.id, -1, time::now())
                 .await
                 .unwrap_or(*sent);
         }
@@ -336,6 +336,7 @@ async fn record_placed(
 ) -> Placement {
     if let Err(err) = rows::placed(
         &args.db,
+        args.inline.as_deref(),
         &row.id,
         &placed.order_no,
         placed.unit_cost_cents,
@@ -506,6 +507,7 @@ async fn short_at_deadline(
     }
     let _ = rows::finish(
         &args.db,
+        args.inline.as_deref(),
         &row.id,
         SupplierOrderStatus::Allocated,
         Some("short at the deadline"),
@@ -523,6 +525,7 @@ async fn allocated(
 ) -> Outcome {
     let _ = rows::finish(
         &args.db,
+        args.inline.as_deref(),
         &row.id,
         SupplierOrderStatus::Allocated,
         None,
@@ -541,6 +544,7 @@ fn sorted(mut profiles: Vec<Profile>) -> Vec<Profile> {
 async fn fail(args: &SupplierOrdersArgs, id: &str, reason: String) -> Outcome {
     if let Err(err) = rows::finish(
         &args.db,
+        args.inline.as_deref(),
         id,
         SupplierOrderStatus::Failed,
         Some(&reason),

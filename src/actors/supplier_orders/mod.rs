@@ -500,8 +500,10 @@ async fn open(
     let package_code = row.package_code.clone();
     let supplier = row.supplier.clone();
     *assigned.entry(supplier.clone()).or_default() += 1;
-    let inline = crate::actors::write_inline(args.inline.as_deref(), |c| {
-        rows::open_inline(c, &row, unit_ids)
+    // Owned: the write may run on whichever writer takes the turn.
+    let (owned, units) = (row.clone(), unit_ids.to_vec());
+    let inline = crate::actors::write_inline(args.inline.as_deref(), move |c| {
+        rows::open_inline(c, &owned, &units)
     })
     .await;
     let written = match inline {
