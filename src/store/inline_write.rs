@@ -44,7 +44,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         Arc, LazyLock, Mutex, Weak,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -108,6 +108,12 @@ struct InlineFile {
     queued: Mutex<Vec<(u64, Job)>>,
     /// The next write's number.
     numbers: AtomicU64,
+    /// The pool, whose connections checkpoint the WAL.
+    pool: Db,
+    /// A checkpoint asked of the pool is running.
+    checkpointing: Arc<AtomicBool>,
+    /// WAL pages past which a commit asks for a checkpoint.
+    checkpoint_pages: AtomicI64,
 }
 
 /// A queued write: run on the connection inside the transaction (its
@@ -121,7 +127,22 @@ type Settle = Box<dyn FnOnce(Result<(), &DbErr>) + Send>;
 
 /// The inline connections of this process, one per SQLite file, alive as
 /// long as a writer holds them.
-static FILES: LazyLock<Mutex<HashMap<PathBuf, Weak<InlineFile>>>> = LazyLock::new(Default::default);
+static FILES: LazyLock<Mutex<HashMap<FileKey, Weak<InlineFile>>>> = LazyLock::new(Default::default);
+
+/// A file by path and, on Unix, by inode: a file restored over the path
+/// while an old writer still holds the old one gets a connection of its own.
+type FileKey = (PathBuf, u64, u64);
+
+fn file_key(path: &Path) -> FileKey {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(meta) = std::fs::metadata(path) {
+            return (path.to_owned(), meta.dev(), meta.ino());
+        }
+    }
+    (path.to_owned(), 0, 0)
+}
 
 impl InlineWriter {
     /// An inline writer of `db`'s file; `None` for PostgreSQL, an in-memory
@@ -130,7 +151,7 @@ impl InlineWriter {
     pub fn for_db(db: &Db, writer: &'static str, counted: Counts) -> Option<Self> {
         let file = sqlite_file(db).filter(|file| file.is_file())?;
         let gate = write_gate(db)?;
-        match InlineFile::shared(&file, gate) {
+        match InlineFile::shared(&file, gate, db) {
             Ok(file) => Some(Self {
                 file,
                 writer,
@@ -170,9 +191,10 @@ impl InlineWriter {
 
 impl InlineFile {
     /// The file's inline connection, opened if no writer holds it yet.
-    fn shared(path: &Path, gate: Gate) -> rusqlite::Result<Arc<Self>> {
+    fn shared(path: &Path, gate: Gate, pool: &Db) -> rusqlite::Result<Arc<Self>> {
+        let key = file_key(path);
         let mut files = lock(&FILES);
-        if let Some(file) = files.get(path).and_then(Weak::upgrade) {
+        if let Some(file) = files.get(&key).and_then(Weak::upgrade) {
             return Ok(file);
         }
         files.retain(|_, file| file.strong_count() > 0);
@@ -181,8 +203,11 @@ impl InlineFile {
             connection: Mutex::new(open(path)?),
             queued: Mutex::new(Vec::new()),
             numbers: AtomicU64::new(0),
+            pool: pool.clone(),
+            checkpointing: Arc::default(),
+            checkpoint_pages: AtomicI64::new(i64::from(super::SQLITE_CHECKPOINT_PAGES)),
         });
-        files.insert(path.to_owned(), Arc::downgrade(&file));
+        files.insert(key, Arc::downgrade(&file));
         Ok(file)
     }
 
@@ -235,9 +260,35 @@ impl InlineFile {
         }
         // Held only with the turn, and never across an await: uncontended.
         let connection = lock(&self.connection);
+        WAL_PAGES.set(0);
         if let Some(writes) = run_together(&connection, jobs) {
             commits(writes);
         }
+        if WAL_PAGES.get() >= self.checkpoint_pages.load(Ordering::Relaxed) {
+            self.checkpoint();
+        }
+    }
+
+    /// Asks the pool for a passive checkpoint, unless one is running: it
+    /// copies the WAL back into the file on sqlx's thread, never on the
+    /// async worker that committed, and lets the next writer start the WAL
+    /// over. (This connection does not checkpoint by itself, and the pool's
+    /// own commits, which would, are now rare on the order path.)
+    fn checkpoint(&self) {
+        if self.checkpointing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (pool, running) = (self.pool.clone(), self.checkpointing.clone());
+        tokio::spawn(async move {
+            use sea_orm::ConnectionTrait;
+            if let Err(err) = pool
+                .execute_unprepared("PRAGMA wal_checkpoint(PASSIVE)")
+                .await
+            {
+                tracing::warn!(error = %err, "WAL checkpoint failed; the next commit past the mark asks again");
+            }
+            running.store(false, Ordering::Release);
+        });
     }
 }
 
@@ -370,6 +421,18 @@ fn db_err(err: rusqlite::Error) -> DbErr {
     DbErr::Custom(format!("inline write: {err}"))
 }
 
+thread_local! {
+    /// Pages in the WAL after the last commit on this thread's inline
+    /// connection, as SQLite's WAL hook reports them.
+    static WAL_PAGES: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+/// SQLite's WAL hook: called on the committing thread after each commit.
+fn wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_PAGES.set(i64::from(pages));
+    Ok(())
+}
+
 fn open(file: &Path) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let connection = Connection::open_with_flags(file, flags)?;
@@ -379,12 +442,12 @@ fn open(file: &Path) -> rusqlite::Result<Connection> {
     connection.pragma_update(None, "synchronous", "full")?;
     connection.pragma_update(None, "foreign_keys", true)?;
     connection.pragma_update(None, "temp_store", "memory")?;
-    // A checkpoint runs inside the commit that crosses the mark and takes
-    // tens of milliseconds: not on an async worker. The pool's commits (the
-    // supplier-order bookkeeping, claims, the node's heartbeat every few
-    // seconds) cross it instead, every SQLITE_CHECKPOINT_PAGES pages as
-    // before, on sqlx's threads.
+    // A checkpoint run inside the commit that crosses the mark takes tens
+    // of milliseconds: not on an async worker. The commit that leaves the
+    // WAL past SQLITE_CHECKPOINT_PAGES pages asks the pool for one instead
+    // (InlineFile::checkpoint); the hook reports the WAL's pages.
     connection.pragma_update(None, "wal_autocheckpoint", 0)?;
+    connection.wal_hook(Some(wal_pages));
     Ok(connection)
 }
 
@@ -818,6 +881,62 @@ mod tests {
             2,
             "the pool counts on from what was written inline"
         );
+    }
+
+    /// A file restored over the path while a writer still holds the old one
+    /// gets a connection of its own, never the old file's.
+    #[tokio::test]
+    async fn a_file_replaced_under_its_path_gets_its_own_connection() {
+        let (dir, db, _) = funded_partner("inline-replaced.db").await;
+        let before = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
+        let again = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
+        assert!(
+            Arc::ptr_eq(&before.file, &again.file),
+            "one file, one connection"
+        );
+
+        let path = dir.path().join("inline-replaced.db");
+        let copy = dir.path().join("restored.db");
+        std::fs::copy(&path, &copy).unwrap();
+        std::fs::rename(&copy, &path).unwrap();
+        let after = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
+
+        assert!(!Arc::ptr_eq(&before.file, &after.file));
+    }
+
+    /// A commit that leaves the WAL past the mark has the pool copy it back
+    /// into the database file (this connection never checkpoints itself).
+    #[tokio::test]
+    async fn a_commit_past_the_wal_mark_has_the_pool_checkpoint() {
+        let (dir, db, partner_id) = funded_partner("inline-checkpoint.db").await;
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
+        // Only this test's file: the mark at one page.
+        writer.file.checkpoint_pages.store(1, Ordering::Relaxed);
+        let in_file_alone = || {
+            let copy = dir.path().join("main-only.db");
+            std::fs::copy(dir.path().join("inline-checkpoint.db"), &copy).unwrap();
+            // Before any checkpoint the file alone may not even hold the tables.
+            Connection::open(&copy)
+                .unwrap()
+                .query_row("SELECT count(*) FROM orders WHERE id = 'ord_w1'", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .is_ok_and(|found| found == 1)
+        };
+
+        writer
+            .transaction(accept(&batch_of(&partner_id, "w1", 1_000)))
+            .await
+            .unwrap();
+
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !in_file_alone() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "checkpointed into the file"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     static COUNTED: std::sync::Mutex<Vec<(&str, &str)>> = std::sync::Mutex::new(Vec::new());
