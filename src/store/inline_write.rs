@@ -16,20 +16,21 @@
 //! another program, and then, as on any error, the write is rolled back and
 //! the caller writes through the pool, which waits as it always does.
 //!
-//! **One commit for every writer waiting.** The three writers work on the
-//! same recent orders, so their transactions dirty the same pages (the
-//! newest leaves of the orders and units tables and their indexes), and each
-//! commit writes those pages to the WAL again and syncs it. So a write is
+//! **One commit for every writer waiting.** Each commit is an fsync, and
+//! the writers (the three above, and the supplier orders' bookkeeping: the
+//! call counted before it is sent, the order number, the final status) made
+//! several hundred a second, each holding the gate through it. So a write is
 //! queued first; whichever writer then takes the gate runs every write
 //! queued by then in one transaction, each inside a savepoint of its own
 //! (a write that refuses, or fails, rolls back alone and is answered as if
-//! it had run by itself), and commits once: one fsync and one copy of each
-//! page for all of them. A writer whose write was run by another finds its
-//! answer without taking the gate.
+//! it had run by itself), and commits once: one fsync for all of them. A
+//! writer whose write was run by another finds its answer without taking
+//! the gate.
 //!
 //! The connection is set up as the pool's are (WAL, `synchronous=FULL`,
 //! foreign keys), so what it commits is as durable and as checked as what
-//! the pool commits; only checkpoints are left to the pool's connections.
+//! the pool commits; only checkpoints are left to the pool's connections:
+//! the commit that leaves the WAL past the mark asks the pool for one.
 //! PostgreSQL and in-memory SQLite databases have no inline writer.
 //!
 //! A transaction holds the async worker it runs on for its length, its

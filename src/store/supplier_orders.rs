@@ -182,6 +182,7 @@ pub(crate) async fn count_sent(
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
         .filter(supplier_order::Column::Id.eq(id));
     if let Some(inline) = inline {
+        // Inline as in `update_one`, the count after read back in the same statement.
         let mut counted = update.clone().into_query();
         counted.returning_col(supplier_order::Column::CallsSent);
         let counted = DbBackend::Sqlite.build(&counted);
