@@ -47,6 +47,9 @@ pub struct Shared {
     /// Point reads of a SQLite file on the handler's thread (none on
     /// PostgreSQL): the hottest fresh reads, without the pool's hand-off.
     pub inline_reads: Option<Arc<crate::store::inline::InlineReader>>,
+    /// Fresh reads of floats through the pool, gathered into one query per
+    /// round (where there is no inline reader, or its read fell back).
+    pub float_reads: crate::store::partners::FloatReads,
     /// Health reports the database down past this.
     pub probe_timeout: Duration,
     /// When this process started serving.

@@ -449,6 +449,7 @@ async fn shared_state(
         admission: supply.admission,
         cursors: CursorCodec::new(settings.cursor.secret.expose_secret().as_bytes()),
         inline_reads: store::inline::InlineReader::for_db(&db),
+        float_reads: store::partners::float_reads(&db),
         db,
         probe_timeout: Duration::from_millis(settings.database.probe_timeout_ms),
         started_at: Instant::now(),

@@ -156,7 +156,7 @@ pub(crate) async fn balance(
     StrictQuery(NoQuery {}): StrictQuery<NoQuery>,
 ) -> Result<Json<BalanceView>, ApiError> {
     let view = store::partners::float_view(
-        &state.db,
+        &state.float_reads,
         state.inline_reads.as_deref(),
         caller.partner_id(),
         caller.mode,

@@ -237,9 +237,10 @@ mod tests {
     #[tokio::test]
     async fn a_float_read_inline_is_the_one_the_pool_reads() {
         let (_dir, db, partner, reader) = partner_db("same.db").await;
-        let pooled = partners::float_view(&db, None, &partner, Mode::Sandbox)
-            .await
-            .unwrap();
+        let pooled =
+            partners::float_view(&partners::float_reads(&db), None, &partner, Mode::Sandbox)
+                .await
+                .unwrap();
         assert_eq!(pooled.as_ref().map(|v| v.balance_cents), Some(1_234));
         assert_eq!(inline_view(&reader, &partner), Some(pooled));
         assert_eq!(

@@ -23,7 +23,9 @@
 //! on the caller's thread over connections of its own, and the order path's
 //! three writers (the shared commit, supplier orders written down,
 //! deliveries) run their writes the same way, those queued together in one
-//! transaction with one commit ([`inline_write`]).
+//! transaction with one commit ([`inline_write`]). Where there is no inline
+//! reader (PostgreSQL), the balance reads asked at the same moment are
+//! gathered into one query per round ([`gathered`]).
 
 /// WAL pages between automatic checkpoints (about 40 MiB of 4 KiB pages).
 pub const SQLITE_CHECKPOINT_PAGES: u32 = 10_000;
@@ -35,6 +37,7 @@ pub(crate) mod catalogue;
 pub(crate) mod changes;
 pub(crate) mod deposits;
 pub(crate) mod esims;
+pub mod gathered;
 pub mod inline;
 pub mod inline_write;
 pub(crate) mod keys;

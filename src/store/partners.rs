@@ -184,19 +184,6 @@ pub async fn update<C: ConnectionTrait>(
     model.update(db).await
 }
 
-/// A partner with the float of one mode, in one query (a join).
-pub async fn with_float<C: ConnectionTrait>(
-    db: &C,
-    partner_id: &str,
-    mode: Mode,
-) -> Result<Option<(partner::Model, float::Model)>, DbErr> {
-    let found = float::Entity::find_by_id((partner_id.to_owned(), mode))
-        .find_also_related(partner::Entity)
-        .one(db)
-        .await?;
-    Ok(found.and_then(|(float, partner)| Some((partner?, float))))
-}
-
 /// What `GET /balance` shows of a float and its partner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FloatView {
@@ -212,9 +199,9 @@ pub struct FloatView {
 
 /// One float and its partner, read fresh: on the caller's thread for a
 /// SQLite file ([`super::inline`]), else (or if that read fails) through
-/// the pool.
+/// the pool, gathered with the reads asked at the same moment.
 pub async fn float_view(
-    db: &super::Db,
+    gathered: &FloatReads,
     inline: Option<&super::inline::InlineReader>,
     partner_id: &str,
     mode: Mode,
@@ -222,14 +209,64 @@ pub async fn float_view(
     if let Some(found) = super::inline::read(inline, |c| float_view_inline(c, partner_id, mode)) {
         return Ok(found);
     }
-    Ok(with_float(db, partner_id, mode)
-        .await?
-        .map(|(partner, float)| FloatView {
-            balance_cents: float.balance_cents,
-            tier: partner.tier,
-            discount_override_bps: partner.discount_override_bps,
-            low_balance_threshold_cents: partner.low_balance_threshold_cents,
-        }))
+    gathered.read((partner_id.to_owned(), mode)).await
+}
+
+/// Reads of floats through the pool, gathered into one query per round
+/// (see [`super::gathered`]): what `GET /balance` uses where there is no
+/// inline reader, or the inline read fell back.
+pub type FloatReads = super::gathered::Gathered<(String, Mode), FloatView>;
+
+/// Rounds of float reads that may run at once: two keep a round going while
+/// the other's answers are handed out, and leave the pool's other
+/// connections to the writers.
+const FLOAT_READ_ROUNDS: usize = 2;
+
+/// Gathered float reads of `db`.
+pub fn float_reads(db: &super::Db) -> FloatReads {
+    let db = db.clone();
+    super::gathered::Gathered::new(
+        FLOAT_READ_ROUNDS,
+        std::sync::Arc::new(move |keys| {
+            let db = db.clone();
+            Box::pin(async move { float_views(&db, &keys).await })
+        }),
+    )
+}
+
+/// The floats named by `keys` and their partners, in one query (the floats
+/// of every partner named, the modes not asked for dropped here).
+async fn float_views<C: ConnectionTrait>(
+    db: &C,
+    keys: &[(String, Mode)],
+) -> Result<std::collections::HashMap<(String, Mode), FloatView>, DbErr> {
+    let partners = keys.iter().map(|(partner, _)| partner.as_str());
+    let rows = float::Entity::find()
+        .find_also_related(partner::Entity)
+        .filter(super::bulk::column_in(
+            db,
+            float::Column::PartnerId,
+            partners,
+        ))
+        .all(db)
+        .await?;
+    let wanted: std::collections::HashSet<&(String, Mode)> = keys.iter().collect();
+    Ok(rows
+        .into_iter()
+        .filter_map(|(float, partner)| {
+            let key = (float.partner_id, float.mode);
+            let partner = partner.filter(|_| wanted.contains(&key))?;
+            Some((
+                key,
+                FloatView {
+                    balance_cents: float.balance_cents,
+                    tier: partner.tier,
+                    discount_override_bps: partner.discount_override_bps,
+                    low_balance_threshold_cents: partner.low_balance_threshold_cents,
+                },
+            ))
+        })
+        .collect())
 }
 
 pub(crate) fn float_view_inline(

@@ -3,7 +3,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::helpers::{read, spawn_app};
+use crate::helpers::{balance, read, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn me_describes_the_account_the_calling_key_and_its_limits() {
@@ -152,4 +152,80 @@ async fn balance_shows_the_float_of_the_keys_mode_and_the_headline_discount() {
         balance["discount_bps"], 2200,
         "the override supersedes the tier"
     );
+}
+
+/// Reads of the balance asked at the same moment share one query where
+/// there is no inline reader (PostgreSQL): none may answer from a query that
+/// began before its request, so each order's debit shows in the balance read
+/// right after its 202, while other partners' reads keep the rounds busy.
+#[tokio::test]
+async fn a_balance_read_after_an_accepted_order_shows_its_debit_while_other_reads_crowd_it() {
+    let app = spawn_app_with(&[
+        ("rate_limit.bands.sandbox.read.limit", "1000000"),
+        ("rate_limit.bands.sandbox.write.limit", "1000000"),
+    ])
+    .await;
+    let mut crowd = Vec::new();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for name in ["Crowd A", "Crowd B", "Crowd C"] {
+        let (_, key) = app
+            .partner_with_key(json!({ "name": name }), "sandbox")
+            .await;
+        let secret = key["secret"].as_str().unwrap().to_owned();
+        let expected = balance(&app, &secret).await;
+        for _ in 0..4 {
+            let (client, base, secret, stop) = (
+                app.client.clone(),
+                app.public.clone(),
+                secret.clone(),
+                stop.clone(),
+            );
+            crowd.push(tokio::spawn(async move {
+                let mut reads = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let body: serde_json::Value = client
+                        .get(format!("{base}/partner/v1/balance"))
+                        .bearer_auth(&secret)
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    assert_eq!(body["balance_cents"], expected, "another partner's float");
+                    reads += 1;
+                }
+                reads
+            }));
+        }
+    }
+
+    let (_, key) = app
+        .partner_with_key(json!({ "name": "Buyer" }), "sandbox")
+        .await;
+    let secret = key["secret"].as_str().unwrap();
+    let mut expected = balance(&app, secret).await;
+    for n in 0..20 {
+        let (status, order) = read(
+            app.as_partner(secret, Method::POST, "/orders")
+                .header("idempotency-key", format!("crowded-order-{n:04}"))
+                .json(&json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 1 }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{order}");
+        expected -= order["total_cents"].as_i64().unwrap();
+        assert_eq!(
+            balance(&app, secret).await,
+            expected,
+            "the debit of order {n}"
+        );
+    }
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in crowd {
+        assert!(reader.await.unwrap() > 0, "every crowd reader read");
+    }
 }
