@@ -277,6 +277,7 @@ async fn render_metrics(State(state): State<AppState>) -> axum::response::Respon
             .is_some_and(ProvisioningHandle::is_running),
         pool: store::pool_use(&state.db),
         inline_reads: state.inline_reads.as_ref().map(|reader| reader.counts()),
+        gathered_reads: state.float_reads.counts(),
     })
 }
 

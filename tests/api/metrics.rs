@@ -433,11 +433,12 @@ fn sample_sums_the_series_that_carry_the_labels() {
     assert!(!has(text, "x", &[("c", "1")]));
 }
 
-/// On a SQLite file `GET /balance` reads the float on the handler's thread,
-/// and each read is fresh: a credit made through the account actor is seen
-/// by the next read.
+/// On a SQLite file `GET /balance` reads the float on the handler's thread;
+/// on PostgreSQL through the pool, gathered into rounds; each read is fresh
+/// either way: a credit made through the account actor is seen by the next
+/// read.
 #[tokio::test]
-async fn balance_reads_of_a_sqlite_file_are_answered_inline_and_fresh() {
+async fn balance_reads_are_answered_inline_on_a_sqlite_file_gathered_on_postgres_and_fresh() {
     let app = spawn_app().await;
     let (partner, secret) = live_partner(&app).await;
     fund(&app, &partner, 1_000).await;
@@ -459,6 +460,12 @@ async fn balance_reads_of_a_sqlite_file_are_answered_inline_and_fresh() {
             "esim_db_inline_reads_total",
             &[("outcome", "fell_back")]
         ));
+        assert_eq!(sample(&text, "esim_db_gathered_reads_total", &[]), 0.0);
+    } else {
+        let reads = sample(&text, "esim_db_gathered_reads_total", &[]);
+        let rounds = sample(&text, "esim_db_gathered_rounds_total", &[]);
+        assert!(reads >= 2.0 && rounds >= 1.0 && rounds <= reads, "{text}");
+        assert!(!has(&text, "esim_db_inline_reads_total", &[]), "{text}");
     }
 }
 

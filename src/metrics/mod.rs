@@ -23,15 +23,19 @@ use std::{
 
 use axum::{
     extract::{MatchedPath, Request, State},
-    http::{HeaderValue, Method, header},
+    http::Method,
     middleware::Next,
-    response::{IntoResponse, Response},
+    response::Response,
 };
 use chrono::{DateTime, Utc};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::store::{PoolUse, inline::InlineReadCounts, orders::Settled};
+mod scrape;
+
+pub(crate) use scrape::{ScrapeGauges, render};
+
+use crate::store::orders::Settled;
 
 /// HTTP requests answered: `listener`, `route`, `method`, `status`.
 pub(crate) const HTTP_REQUESTS: &str = "esim_http_requests_total";
@@ -86,6 +90,9 @@ pub(crate) const DB_POOL_CONNECTIONS: &str = "esim_db_pool_connections";
 pub(crate) const DB_POOL_MAX: &str = "esim_db_pool_max_connections";
 /// Point reads run on the handler's thread (SQLite), by outcome.
 pub(crate) const DB_INLINE_READS: &str = "esim_db_inline_reads_total";
+/// Balance reads through the pool gathered into rounds: reads, and rounds.
+pub(crate) const DB_GATHERED_READS: &str = "esim_db_gathered_reads_total";
+pub(crate) const DB_GATHERED_ROUNDS: &str = "esim_db_gathered_rounds_total";
 /// Writes run inline by the order path's writers (SQLite), by writer and outcome.
 pub(crate) const DB_INLINE_WRITES: &str = "esim_db_inline_writes_total";
 /// Writes carried per inline SQLite transaction (one commit for them all).
@@ -303,6 +310,14 @@ fn describe_internals() {
     );
     describe_gauge!(DB_POOL_MAX, "Most connections the database pool opens.");
     describe_counter!(
+        DB_GATHERED_READS,
+        "Balance reads through the pool (PostgreSQL), answered by a gathered round."
+    );
+    describe_counter!(
+        DB_GATHERED_ROUNDS,
+        "Queries that answered the gathered balance reads (each read's own query, or several's)."
+    );
+    describe_counter!(
         DB_INLINE_READS,
         "Point reads of the SQLite file run on the handler's thread: answered, or fell_back to the pool."
     );
@@ -400,47 +415,6 @@ pub(crate) fn method_label(method: &Method) -> &'static str {
         Method::OPTIONS => "OPTIONS",
         _ => "other",
     }
-}
-
-/// What `/metrics` reads from its sources when scraped.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ScrapeGauges {
-    /// Account actors running, messages waiting at them, the most at one.
-    pub accounts_live: usize,
-    pub accounts_queued: usize,
-    pub accounts_max_queued: usize,
-    /// Whether the provisioning actor runs on this node.
-    pub provisioning_running: bool,
-    /// The database pool, when the driver reports it.
-    pub pool: Option<PoolUse>,
-    /// The inline reader's counts (SQLite files only).
-    pub inline_reads: Option<InlineReadCounts>,
-}
-
-/// The body of `GET /metrics`: the scrape-time gauges, then every series as
-/// Prometheus text. The route lives with the application, which knows
-/// where each gauge comes from.
-pub(crate) fn render(gauges: ScrapeGauges) -> Response {
-    let handle = install();
-    gauge!(ACTORS_LIVE, "kind" => "account").set(gauges.accounts_live as f64);
-    gauge!(ACTOR_MAILBOX_MESSAGES, "kind" => "account").set(gauges.accounts_queued as f64);
-    gauge!(ACTOR_MAILBOX_MAX, "kind" => "account").set(gauges.accounts_max_queued as f64);
-    gauge!(ACTORS_LIVE, "kind" => "provisioning")
-        .set(f64::from(u8::from(gauges.provisioning_running)));
-    if let Some(pool) = gauges.pool {
-        gauge!(DB_POOL_CONNECTIONS, "state" => "idle").set(pool.idle as f64);
-        gauge!(DB_POOL_CONNECTIONS, "state" => "in_use").set(pool.in_use() as f64);
-        gauge!(DB_POOL_MAX).set(f64::from(pool.max));
-    }
-    if let Some(reads) = gauges.inline_reads {
-        counter!(DB_INLINE_READS, "outcome" => "answered").absolute(reads.answered);
-        counter!(DB_INLINE_READS, "outcome" => "fell_back").absolute(reads.fell_back);
-    }
-    (
-        [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],
-        handle.render(),
-    )
-        .into_response()
 }
 
 /// An order accepted by its account actor.
