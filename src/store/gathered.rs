@@ -15,9 +15,10 @@
 //! would. Nothing is kept between rounds; this gathers reads, it does not
 //! cache them (the spec's balance is "read fresh on every call").
 //!
-//! A few rounds may run at once ([`Gathered::new`]): at light load each read
-//! starts its own round at once, so gathering adds no wait; under load the
-//! rounds are busy and the queue fills, so each round carries more keys.
+//! A set number of rounds may run at once ([`Gathered::new`]): a read that
+//! finds one free starts a round at once, so at light load gathering adds no
+//! wait; under load the rounds are busy and the queue fills, so each round
+//! carries more keys.
 //! Rounds are tasks of their own, so a caller that gives up (a client that
 //! hangs up) never strands the others' reads.
 
