@@ -73,8 +73,13 @@ pub(crate) fn column_in_for<'a>(
     let list = serde_json::Value::from(ids.into_iter().collect::<Vec<_>>()).to_string();
     let name = column.as_str().to_owned();
     let sql = match backend {
+        // `= ANY(ARRAY(..))`, not `IN (SELECT ..)`: PostgreSQL plans the
+        // latter as a join against a set it guesses at 100 rows, and while
+        // a table's statistics still say it is small (a new database, or
+        // between two analyses) that join reads the whole table, every
+        // time; the former is an index condition whatever the statistics.
         DbBackend::Postgres => {
-            format!("\"{name}\" IN (SELECT jsonb_array_elements_text($1::jsonb))")
+            format!("\"{name}\" = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))")
         }
         _ => format!("\"{name}\" IN (SELECT value FROM json_each(?))"),
     };

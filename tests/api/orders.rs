@@ -2263,3 +2263,64 @@ async fn a_transaction_that_locked_the_floats_holds_other_debits_until_it_ends()
         .unwrap();
     assert_eq!(float.balance_cents, 999, "then it went through");
 }
+
+/// On PostgreSQL the Idempotency-Keys of a batch are looked up by the
+/// table's key, never by reading the whole table: a lookup planned as a join
+/// against a set of guessed size reads every row while the table's
+/// statistics still call it small, and then reads it again for every batch
+/// (the cost grows with the table). Replays find their binding through the
+/// same lookup. SQLite plans the same lookup by index of its own accord.
+#[tokio::test]
+async fn on_postgres_a_batch_s_idempotency_keys_are_probed_by_index_never_scanned() {
+    use sea_orm::{ConnectionTrait, Statement};
+    let app = order_app().await;
+    if !app.database_url.starts_with("postgres") {
+        return;
+    }
+    let (partner, secret) = live_partner(&app).await;
+    fund(&app, &partner, 1_000_000).await;
+    let keys: Vec<String> = (0..40).map(|_| new_key()).collect();
+    let body = order_body(1);
+    let mut placed = Vec::new();
+    // In waves, so that later batches look up keys in a table holding rows.
+    for wave in keys.chunks(10) {
+        let answers =
+            futures::future::join_all(wave.iter().map(|key| place(&app, &secret, key, &body)))
+                .await;
+        assert!(answers.iter().all(|a| a.status == StatusCode::ACCEPTED));
+        placed.extend(answers);
+    }
+    for (key, first) in keys.iter().zip(&placed).take(10) {
+        let again = place(&app, &secret, key, &order_body(1)).await;
+        assert!(again.replayed, "{}", again.body);
+        assert_eq!(again.order_id(), first.order_id());
+    }
+
+    // (scans, rows they read, index probes) of the table so far.
+    let scans = || async {
+        let row = app
+            .db
+            .query_one_raw(Statement::from_string(
+                app.db.get_database_backend(),
+                "SELECT seq_scan, seq_tup_read, COALESCE(idx_scan, 0) AS idx_scan \
+                 FROM pg_stat_user_tables WHERE relname = 'idempotency_keys'",
+            ))
+            .await
+            .unwrap()
+            .expect("the table has statistics");
+        let count = |column: &str| row.try_get::<i64>("", column).unwrap();
+        (count("seq_scan"), count("seq_tup_read"), count("idx_scan"))
+    };
+    // A backend reports its counts when idle, within about a second; a
+    // scan counts once per batch, a probe once per key: four waves make at
+    // least four of either.
+    let (read, probed) = eventually("the lookups to be counted", SETTLE, || async {
+        let (scanned, read, probed) = scans().await;
+        (scanned + probed >= 4).then_some((read, probed))
+    })
+    .await;
+    assert_eq!(
+        read, 0,
+        "{read} rows read by scanning the table ({probed} probes)"
+    );
+}

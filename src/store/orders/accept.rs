@@ -66,22 +66,38 @@ pub async fn find_bindings_of_many<C: ConnectionTrait>(
         .iter()
         .map(|(partner, key)| serde_json::json!({"p": partner, "k": key}))
         .collect();
-    let sql = match db.get_database_backend() {
+    let pairs = serde_json::Value::from(pairs).to_string();
+    let rows = match db.get_database_backend() {
+        // One probe of the primary key per pair, whatever the statistics
+        // say: a join against the pairs (or `IN` over them) is planned
+        // against a set guessed at 100 rows, and while the table's
+        // statistics still call it small (a new database, or between two
+        // analyses) PostgreSQL reads the whole table for it, every batch.
+        // `OFFSET 0` keeps the lateral subquery from being flattened into
+        // such a join.
         sea_orm::DbBackend::Postgres => {
-            "(\"partner_id\", \"key\") IN (SELECT p, k FROM jsonb_to_recordset($1::jsonb) AS r(p text, k text))"
+            idempotency_key::Entity::find()
+                .from_raw_sql(Statement::from_sql_and_values(
+                    sea_orm::DbBackend::Postgres,
+                    "SELECT i.* FROM (SELECT DISTINCT p, k FROM jsonb_to_recordset($1::jsonb) AS r(p text, k text)) AS r \
+                     CROSS JOIN LATERAL (SELECT * FROM \"idempotency_keys\" \
+                     WHERE \"partner_id\" = r.p AND \"key\" = r.k OFFSET 0) AS i",
+                    [pairs.into()],
+                ))
+                .all(db)
+                .await?
         }
         _ => {
-            "(\"partner_id\", \"key\") IN (SELECT value ->> 'p', value ->> 'k' FROM jsonb_each(?))"
+            let filter = sea_orm::sea_query::SimpleExpr::cust_with_values(
+                "(\"partner_id\", \"key\") IN (SELECT value ->> 'p', value ->> 'k' FROM jsonb_each(?))",
+                [pairs],
+            );
+            idempotency_key::Entity::find()
+                .filter(filter)
+                .all(db)
+                .await?
         }
     };
-    let filter = sea_orm::sea_query::SimpleExpr::cust_with_values(
-        sql,
-        [serde_json::Value::from(pairs).to_string()],
-    );
-    let rows = idempotency_key::Entity::find()
-        .filter(filter)
-        .all(db)
-        .await?;
     rows.into_iter()
         .map(|row| Ok((row.partner_id.clone(), row.key.clone(), binding_of(row)?)))
         .collect()
