@@ -1,5 +1,7 @@
 //! `GET /me` and `GET /balance`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
@@ -165,8 +167,8 @@ async fn a_balance_read_after_an_accepted_order_shows_its_debit_while_other_read
         ("rate_limit.bands.sandbox.write.limit", "1000000"),
     ])
     .await;
+    let stop = AtomicBool::new(false);
     let mut crowd = Vec::new();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for name in ["Crowd A", "Crowd B", "Crowd C"] {
         let (_, key) = app
             .partner_with_key(json!({ "name": name }), "sandbox")
@@ -174,58 +176,51 @@ async fn a_balance_read_after_an_accepted_order_shows_its_debit_while_other_read
         let secret = key["secret"].as_str().unwrap().to_owned();
         let expected = balance(&app, &secret).await;
         for _ in 0..4 {
-            let (client, base, secret, stop) = (
-                app.client.clone(),
-                app.public.clone(),
-                secret.clone(),
-                stop.clone(),
-            );
-            crowd.push(tokio::spawn(async move {
+            let (app, stop, secret) = (&app, &stop, secret.clone());
+            crowd.push(async move {
                 let mut reads = 0u32;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let body: serde_json::Value = client
-                        .get(format!("{base}/partner/v1/balance"))
-                        .bearer_auth(&secret)
-                        .send()
-                        .await
-                        .unwrap()
-                        .json()
-                        .await
-                        .unwrap();
-                    assert_eq!(body["balance_cents"], expected, "another partner's float");
+                while !stop.load(Ordering::Relaxed) {
+                    let seen = balance(app, &secret).await;
+                    assert_eq!(seen, expected, "another partner's float");
                     reads += 1;
                 }
                 reads
-            }));
+            });
         }
     }
 
     let (_, key) = app
         .partner_with_key(json!({ "name": "Buyer" }), "sandbox")
         .await;
-    let secret = key["secret"].as_str().unwrap();
-    let mut expected = balance(&app, secret).await;
-    for n in 0..20 {
-        let (status, order) = read(
-            app.as_partner(secret, Method::POST, "/orders")
-                .header("idempotency-key", format!("crowded-order-{n:04}"))
-                .json(&json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 1 }))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{order}");
-        expected -= order["total_cents"].as_i64().unwrap();
-        assert_eq!(
-            balance(&app, secret).await,
-            expected,
-            "the debit of order {n}"
-        );
-    }
+    let buyer = async {
+        let secret = key["secret"].as_str().unwrap();
+        let mut expected = balance(&app, secret).await;
+        for n in 0..20 {
+            let (status, order) = read(
+                app.as_partner(secret, Method::POST, "/orders")
+                    .header("idempotency-key", format!("crowded-order-{n:04}"))
+                    .json(&json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 1 }))
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{order}");
+            expected -= order["total_cents"].as_i64().unwrap();
+            assert_eq!(
+                balance(&app, secret).await,
+                expected,
+                "the debit of order {n}"
+            );
+        }
 
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for reader in crowd {
-        assert!(reader.await.unwrap() > 0, "every crowd reader read");
-    }
+        stop.store(true, Ordering::Relaxed);
+    };
+    // One task: the crowd's requests and the buyer's interleave at the
+    // server, which answers each in a task of its own.
+    let ((), reads) = tokio::join!(buyer, futures::future::join_all(crowd));
+    assert!(
+        reads.iter().all(|&n| n > 0),
+        "every crowd reader read: {reads:?}"
+    );
 }
