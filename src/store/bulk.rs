@@ -86,6 +86,24 @@ pub(crate) fn column_in_for<'a>(
     SimpleExpr::cust_with_values(sql, [list])
 }
 
+/// `condition` checked on the rows a statement's other conditions find,
+/// never used to find them. A guard beside an id list (`status =
+/// 'processing'`, `supplier_txn_id IS NULL`) matches an index of its own,
+/// and both planners take it: SQLite's always, PostgreSQL's whenever its
+/// estimates call the guarded state rare, which it is. That index holds the
+/// whole backlog in that state (on PostgreSQL also an entry per earlier
+/// update until vacuum), so every statement walked all of it to find the
+/// few ids listed, where the primary key finds each in one probe. A
+/// condition wrapped in `IS TRUE` matches no index.
+pub(crate) fn checked_only(condition: SimpleExpr) -> SimpleExpr {
+    use sea_orm::sea_query::{ExprTrait as _, Keyword};
+    // A keyword, not a custom expression: sea-query writes the latter in
+    // parentheses, and PostgreSQL reads `IS (TRUE)` as a syntax error.
+    SimpleExpr::expr(condition).is(SimpleExpr::Keyword(Keyword::Custom(
+        String::from("TRUE").into(),
+    )))
+}
+
 /// The insert for entity `E`: the same text for any number of rows.
 fn insert_sql<E: EntityTrait>(backend: DbBackend) -> String {
     let table = E::default().table_name().to_owned();
@@ -277,6 +295,34 @@ mod tests {
         let pg = insert_sql::<entities::ledger_entry::Entity>(DbBackend::Postgres);
         assert!(pg.contains("\"created_at\" timestamptz"));
         assert!(pg.contains("\"seq\" bigint"));
+    }
+
+    /// A condition checked only still decides which rows are found, with
+    /// its values bound in their places on both backends.
+    #[tokio::test]
+    async fn a_condition_checked_only_still_decides() {
+        use sea_orm::ConnectionTrait as _;
+        use sea_orm::sea_query::{ExprTrait as _, PostgresQueryBuilder, Query, SqliteQueryBuilder};
+
+        let select = |wanted: &str| {
+            Query::select()
+                .expr(SimpleExpr::val(1))
+                .and_where(checked_only(SimpleExpr::val("a").eq(wanted)))
+                .and_where(SimpleExpr::val(2).eq(2))
+                .to_owned()
+        };
+        let (pg, _) = select("a").build(PostgresQueryBuilder);
+        assert_eq!(pg, "SELECT $1 WHERE ($2 = $3) IS TRUE AND $4 = $5");
+        let (_dir, db) = crate::store::tests::sqlite_file_db("checked.db", 1).await;
+        for (wanted, rows) in [("a", 1), ("b", 0)] {
+            let (sql, values) = select(wanted).build(SqliteQueryBuilder);
+            let statement = Statement::from_sql_and_values(DbBackend::Sqlite, sql, values);
+            assert_eq!(
+                db.query_all_raw(statement).await.unwrap().len(),
+                rows,
+                "{wanted}"
+            );
+        }
     }
 
     /// Every kind of column an insert carries reads back exactly as written:

@@ -487,6 +487,23 @@ pub(super) mod tests {
         sqlite_file_db_waiting(name, connections, 5_000).await
     }
 
+    /// What SQLite's planner does with `statement`: the details of its
+    /// `EXPLAIN QUERY PLAN`, one step per line.
+    pub(super) async fn query_plan(db: &Db, statement: sea_orm::Statement) -> String {
+        let values = statement.values.map(|values| values.0).unwrap_or_default();
+        let explain = sea_orm::Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            format!("EXPLAIN QUERY PLAN {}", statement.sql),
+            values,
+        );
+        let rows = db.query_all_raw(explain).await.unwrap();
+        let steps: Vec<String> = rows
+            .iter()
+            .map(|row| row.try_get::<String>("", "detail").unwrap())
+            .collect();
+        steps.join("\n")
+    }
+
     /// The same, with its own busy timeout (which bounds the gate's wait too).
     async fn sqlite_file_db_waiting(
         name: &str,

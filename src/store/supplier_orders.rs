@@ -29,7 +29,12 @@ pub(crate) async fn open<C: ConnectionTrait>(
     row: supplier_order::Model,
     unit_ids: &[String],
 ) -> Result<bool, DbErr> {
-    let take = take_units(txn.get_database_backend(), &row, unit_ids);
+    let take = take_units(
+        txn.get_database_backend(),
+        &row.id,
+        row.created_at,
+        unit_ids,
+    );
     supplier_order::ActiveModel::from(row).insert(txn).await?;
     let taken = take.exec(txn).await?;
     Ok(taken.rows_affected == unit_ids.len() as u64)
@@ -49,32 +54,36 @@ pub(crate) fn open_inline(
     if let Some(insert) = insert {
         inline_write::execute(connection, &insert)?;
     }
-    let take = backend.build(&take_units(backend, row, unit_ids).into_query());
+    let take = backend.build(&take_units(backend, &row.id, row.created_at, unit_ids).into_query());
     match inline_write::execute(connection, &take)? == unit_ids.len() {
         true => Ok(()),
         false => Err(InlineFailed::Refused(())),
     }
 }
 
-/// The update that gives a new supplier order its units: those of
-/// `unit_ids` still pending and carried by no supplier order.
+/// The update that gives supplier order `supplier_order_id`, opened `at`,
+/// its units: those of `unit_ids` still pending and carried by no supplier
+/// order.
 fn take_units(
     backend: DbBackend,
-    row: &supplier_order::Model,
+    supplier_order_id: &str,
+    at: DateTime<Utc>,
     unit_ids: &[String],
 ) -> UpdateMany<order_unit::Entity> {
     order_unit::Entity::update_many()
         .col_expr(
             order_unit::Column::SupplierTxnId,
-            Expr::value(Some(row.id.clone())),
+            Expr::value(Some(supplier_order_id.to_owned())),
         )
-        .col_expr(order_unit::Column::UpdatedAt, Expr::value(row.created_at))
+        .col_expr(order_unit::Column::UpdatedAt, Expr::value(at))
         .filter(bulk::column_in_for(
             backend,
             order_unit::Column::Id,
             unit_ids.iter().map(String::as_str),
         ))
-        .filter(order_unit::Column::SupplierTxnId.is_null())
+        .filter(bulk::checked_only(
+            order_unit::Column::SupplierTxnId.is_null(),
+        ))
         .filter(order_unit::Column::Status.eq(UnitStatus::Pending))
 }
 
@@ -290,4 +299,27 @@ pub(crate) async fn supplier_of_unit<C: ConnectionTrait>(
         return Ok(None);
     };
     Ok(get(db, &txn).await?.map(|row| row.supplier))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::{query_plan, sqlite_file_db};
+
+    /// A new supplier order takes its units by primary key: through the
+    /// index of units carried by no supplier order it walked every unit
+    /// waiting for one (the whole backlog) for each supplier order.
+    #[tokio::test]
+    async fn a_supplier_order_takes_its_units_by_primary_key() {
+        let (_dir, db) = sqlite_file_db("take-plan.db", 1).await;
+        crate::store::migrate(&db).await.unwrap();
+        let units = ["unit_a".to_owned(), "unit_b".to_owned()];
+        let take = take_units(DbBackend::Sqlite, "sup_a", Utc::now(), &units);
+        let plan = query_plan(&db, DbBackend::Sqlite.build(&take.into_query())).await;
+        assert!(
+            plan.contains("order_units USING INDEX sqlite_autoindex_order_units_1 (id=?)"),
+            "{plan}"
+        );
+        assert!(!plan.contains("idx_order_units_supplier_txn_id"), "{plan}");
+    }
 }

@@ -2,6 +2,7 @@
 //! release, orders stranded by a dead node, and the live backlog.
 
 use super::*;
+use sea_orm::{DbBackend, UpdateMany};
 
 /// Claims an order for provisioning by `node` until `until`: it succeeds
 /// when nobody holds the order, the holder's claim has lapsed, the holder
@@ -42,6 +43,27 @@ pub async fn renew(
     Ok(renewals.remove(order_id).unwrap_or(Renewal::Lost))
 }
 
+/// The update that extends `node`'s claims on the still-processing orders of
+/// `order_ids` to `until`.
+fn renew_update(
+    backend: DbBackend,
+    order_ids: &[String],
+    node: &str,
+    until: DateTime<Utc>,
+) -> UpdateMany<order::Entity> {
+    order::Entity::update_many()
+        .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
+        .filter(bulk::column_in_for(
+            backend,
+            order::Column::Id,
+            order_ids.iter().map(String::as_str),
+        ))
+        .filter(bulk::checked_only(
+            order::Column::Status.eq(OrderStatus::Processing),
+        ))
+        .filter(order::Column::ClaimedBy.eq(node))
+}
+
 /// Extends `node`'s claims on the orders of `order_ids` to `until` in one
 /// statement whatever their number (and one read of the orders it did not
 /// move, when there are any), and says for each order what it found: a node renews
@@ -58,11 +80,7 @@ pub async fn renew_many(
     let ids = || order_ids.iter().map(String::as_str);
     let mut renewals: HashMap<String, Renewal> =
         ids().map(|id| (id.to_owned(), Renewal::Renewed)).collect();
-    let moved = order::Entity::update_many()
-        .col_expr(order::Column::ClaimedUntil, Expr::value(Some(until)))
-        .filter(bulk::column_in(db, order::Column::Id, ids()))
-        .filter(order::Column::Status.eq(OrderStatus::Processing))
-        .filter(order::Column::ClaimedBy.eq(node));
+    let moved = renew_update(db.get_database_backend(), order_ids, node, until);
     let moved = write_alone(db, moved.exec(db)).await?;
     if moved.rows_affected as usize == renewals.len() {
         return Ok(renewals);
@@ -199,4 +217,27 @@ async fn live_units_by<C: ConnectionTrait>(
         .into_iter()
         .map(|(partner, units)| (partner, u64::try_from(units.unwrap_or(0)).unwrap_or(0)))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::{query_plan, sqlite_file_db};
+    use sea_orm::QueryTrait as _;
+
+    /// Renewing claims finds the orders by primary key, not by walking
+    /// every processing order through the status index.
+    #[tokio::test]
+    async fn renewals_find_their_orders_by_primary_key_not_by_status() {
+        let (_dir, db) = sqlite_file_db("renew-plan.db", 1).await;
+        crate::store::migrate(&db).await.unwrap();
+        let ids = ["ord_a".to_owned(), "ord_b".to_owned()];
+        let renew = renew_update(DbBackend::Sqlite, &ids, "node-a", Utc::now());
+        let plan = query_plan(&db, DbBackend::Sqlite.build(&renew.into_query())).await;
+        assert!(
+            plan.contains("orders USING INDEX sqlite_autoindex_orders_1 (id=?)"),
+            "{plan}"
+        );
+        assert!(!plan.contains("idx_orders_status"), "{plan}");
+    }
 }

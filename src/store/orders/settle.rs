@@ -328,5 +328,35 @@ pub(super) fn settle_orders_update(
             Expr::value(Option::<String>::None),
         )
         .filter(bulk::column_in_for(backend, order::Column::Id, ids))
-        .filter(order::Column::Status.eq(OrderStatus::Processing))
+        .filter(bulk::checked_only(
+            order::Column::Status.eq(OrderStatus::Processing),
+        ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::{query_plan, sqlite_file_db};
+    use sea_orm::QueryTrait as _;
+
+    /// The settling update finds its orders by primary key: through the
+    /// status index it walked every processing order (the whole backlog)
+    /// for each batch it settled.
+    #[tokio::test]
+    async fn settling_finds_its_orders_by_primary_key_not_by_status() {
+        let (_dir, db) = sqlite_file_db("settle-plan.db", 1).await;
+        crate::store::migrate(&db).await.unwrap();
+        let update = settle_orders_update(
+            DbBackend::Sqlite,
+            OrderStatus::Completed,
+            vec!["ord_a", "ord_b"],
+            Utc::now(),
+        );
+        let plan = query_plan(&db, DbBackend::Sqlite.build(&update.into_query())).await;
+        assert!(
+            plan.contains("orders USING INDEX sqlite_autoindex_orders_1 (id=?)"),
+            "{plan}"
+        );
+        assert!(!plan.contains("idx_orders_status"), "{plan}");
+    }
 }
