@@ -487,9 +487,24 @@ pub(super) mod tests {
         sqlite_file_db_waiting(name, connections, 5_000).await
     }
 
+    /// Holds that SQLite's planner, on a new migrated file, finds the rows of
+    /// `statement` through `index` (as `EXPLAIN QUERY PLAN` names it, with
+    /// its search) and never through `avoided`.
+    pub(super) async fn assert_planned_through(
+        statement: sea_orm::Statement,
+        index: &str,
+        avoided: &str,
+    ) {
+        let (_dir, db) = sqlite_file_db("plan.db", 1).await;
+        migrate(&db).await.unwrap();
+        let plan = query_plan(&db, statement).await;
+        assert!(plan.contains(index), "{plan}");
+        assert!(!plan.contains(avoided), "{plan}");
+    }
+
     /// What SQLite's planner does with `statement`: the details of its
     /// `EXPLAIN QUERY PLAN`, one step per line.
-    pub(super) async fn query_plan(db: &Db, statement: sea_orm::Statement) -> String {
+    async fn query_plan(db: &Db, statement: sea_orm::Statement) -> String {
         let values = statement.values.map(|values| values.0).unwrap_or_default();
         let explain = sea_orm::Statement::from_sql_and_values(
             DbBackend::Sqlite,

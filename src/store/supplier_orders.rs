@@ -304,22 +304,20 @@ pub(crate) async fn supplier_of_unit<C: ConnectionTrait>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::tests::{query_plan, sqlite_file_db};
+    use crate::store::tests::assert_planned_through;
 
     /// A new supplier order takes its units by primary key: through the
     /// index of units carried by no supplier order it walked every unit
     /// waiting for one (the whole backlog) for each supplier order.
     #[tokio::test]
     async fn a_supplier_order_takes_its_units_by_primary_key() {
-        let (_dir, db) = sqlite_file_db("take-plan.db", 1).await;
-        crate::store::migrate(&db).await.unwrap();
         let units = ["unit_a".to_owned(), "unit_b".to_owned()];
         let take = take_units(DbBackend::Sqlite, "sup_a", Utc::now(), &units);
-        let plan = query_plan(&db, DbBackend::Sqlite.build(&take.into_query())).await;
-        assert!(
-            plan.contains("order_units USING INDEX sqlite_autoindex_order_units_1 (id=?)"),
-            "{plan}"
-        );
-        assert!(!plan.contains("idx_order_units_supplier_txn_id"), "{plan}");
+        assert_planned_through(
+            DbBackend::Sqlite.build(&take.into_query()),
+            "order_units USING INDEX sqlite_autoindex_order_units_1 (id=?)",
+            "idx_order_units_supplier_txn_id",
+        )
+        .await;
     }
 }

@@ -222,22 +222,20 @@ async fn live_units_by<C: ConnectionTrait>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::tests::{query_plan, sqlite_file_db};
+    use crate::store::tests::assert_planned_through;
     use sea_orm::QueryTrait as _;
 
     /// Renewing claims finds the orders by primary key, not by walking
     /// every processing order through the status index.
     #[tokio::test]
     async fn renewals_find_their_orders_by_primary_key_not_by_status() {
-        let (_dir, db) = sqlite_file_db("renew-plan.db", 1).await;
-        crate::store::migrate(&db).await.unwrap();
         let ids = ["ord_a".to_owned(), "ord_b".to_owned()];
         let renew = renew_update(DbBackend::Sqlite, &ids, "node-a", Utc::now());
-        let plan = query_plan(&db, DbBackend::Sqlite.build(&renew.into_query())).await;
-        assert!(
-            plan.contains("orders USING INDEX sqlite_autoindex_orders_1 (id=?)"),
-            "{plan}"
-        );
-        assert!(!plan.contains("idx_orders_status"), "{plan}");
+        assert_planned_through(
+            DbBackend::Sqlite.build(&renew.into_query()),
+            "orders USING INDEX sqlite_autoindex_orders_1 (id=?)",
+            "idx_orders_status",
+        )
+        .await;
     }
 }

@@ -336,7 +336,7 @@ pub(super) fn settle_orders_update(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::tests::{query_plan, sqlite_file_db};
+    use crate::store::tests::assert_planned_through;
     use sea_orm::QueryTrait as _;
 
     /// The settling update finds its orders by primary key: through the
@@ -344,19 +344,17 @@ mod tests {
     /// for each batch it settled.
     #[tokio::test]
     async fn settling_finds_its_orders_by_primary_key_not_by_status() {
-        let (_dir, db) = sqlite_file_db("settle-plan.db", 1).await;
-        crate::store::migrate(&db).await.unwrap();
         let update = settle_orders_update(
             DbBackend::Sqlite,
             OrderStatus::Completed,
             vec!["ord_a", "ord_b"],
             Utc::now(),
         );
-        let plan = query_plan(&db, DbBackend::Sqlite.build(&update.into_query())).await;
-        assert!(
-            plan.contains("orders USING INDEX sqlite_autoindex_orders_1 (id=?)"),
-            "{plan}"
-        );
-        assert!(!plan.contains("idx_orders_status"), "{plan}");
+        assert_planned_through(
+            DbBackend::Sqlite.build(&update.into_query()),
+            "orders USING INDEX sqlite_autoindex_orders_1 (id=?)",
+            "idx_orders_status",
+        )
+        .await;
     }
 }
