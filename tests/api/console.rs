@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 use crate::{
     deposits::UNTHROTTLED,
     helpers::{
-        OPERATOR_TOKEN, TestApp, balance, eventually, fund, live_partner, read, sandbox_key,
-        spawn_app_with,
+        OPERATOR_TOKEN, TestApp, balance, eventually, fund, live_partner, post_order, read,
+        sandbox_key, spawn_app_with,
     },
     reviews::paid_after_credit,
 };
@@ -275,13 +275,11 @@ async fn each_page_shows_what_an_operator_looks_for() {
     let review_id = review["id"].as_str().unwrap();
     // A sandbox order the supplier fails: it shows among the orders needing attention.
     let sandbox = sandbox_key(&app, &partner_id).await;
-    let (status, order) = read(
-        app.as_partner(&sandbox, Method::POST, "/orders")
-            .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
-            .json(&json!({ "plan_id": "pl_sandbox_supplier_error", "quantity": 1 }))
-            .send()
-            .await
-            .unwrap(),
+    let (status, order) = post_order(
+        &app,
+        &sandbox,
+        &uuid::Uuid::new_v4().to_string(),
+        &json!({ "plan_id": "pl_sandbox_supplier_error", "quantity": 1 }),
     )
     .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{order}");

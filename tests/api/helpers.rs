@@ -276,6 +276,26 @@ pub async fn get(app: &TestApp, secret: &str, path: &str) -> (StatusCode, Value)
     .await
 }
 
+/// `POST /orders` with `secret` under Idempotency-Key `key`: status and
+/// JSON body.
+#[allow(dead_code)]
+pub async fn post_order(
+    app: &TestApp,
+    secret: &str,
+    key: &str,
+    body: &Value,
+) -> (StatusCode, Value) {
+    read(
+        app.as_partner(secret, Method::POST, "/orders")
+            .header("Idempotency-Key", key)
+            .json(body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+}
+
 /// The balance the key's mode sees, read through `GET /balance`.
 #[allow(dead_code)]
 pub async fn balance(app: &TestApp, secret: &str) -> i64 {

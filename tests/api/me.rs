@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::helpers::{balance, read, spawn_app, spawn_app_with};
+use crate::helpers::{balance, post_order, read, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn me_describes_the_account_the_calling_key_and_its_limits() {
@@ -196,13 +196,11 @@ async fn a_balance_read_after_an_accepted_order_shows_its_debit_while_other_read
         let secret = key["secret"].as_str().unwrap();
         let mut expected = balance(&app, secret).await;
         for n in 0..20 {
-            let (status, order) = read(
-                app.as_partner(secret, Method::POST, "/orders")
-                    .header("idempotency-key", format!("crowded-order-{n:04}"))
-                    .json(&json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 1 }))
-                    .send()
-                    .await
-                    .unwrap(),
+            let (status, order) = post_order(
+                &app,
+                secret,
+                &format!("crowded-order-{n:04}"),
+                &json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 1 }),
             )
             .await;
             assert_eq!(status, StatusCode::ACCEPTED, "{order}");

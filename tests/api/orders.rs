@@ -2291,7 +2291,7 @@ async fn on_postgres_a_batch_s_idempotency_keys_are_probed_by_index_never_scanne
         placed.extend(answers);
     }
     for (key, first) in keys.iter().zip(&placed).take(10) {
-        let again = place(&app, &secret, key, &order_body(1)).await;
+        let again = place(&app, &secret, key, &body).await;
         assert!(again.replayed, "{}", again.body);
         assert_eq!(again.order_id(), first.order_id());
     }

@@ -7,7 +7,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use crate::helpers::{eventually, fund, live_partner, read, spawn_app_with};
+use crate::helpers::{eventually, fund, live_partner, post_order, read, spawn_app_with};
 
 /// Starts `simulate` on a free port; answers the process and its base URL.
 async fn simulate() -> (tokio::process::Child, String) {
@@ -51,13 +51,11 @@ async fn a_node_buys_from_the_simulators_running_in_their_own_process() {
     let app = spawn_app_with(&[("supplier.base_url", base.as_str())]).await;
     let (partner_id, secret) = live_partner(&app).await;
     fund(&app, &partner_id, 10_000).await;
-    let (status, order) = read(
-        app.as_partner(&secret, Method::POST, "/orders")
-            .header("Idempotency-Key", "simulate-process-order-1")
-            .json(&json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 2 }))
-            .send()
-            .await
-            .unwrap(),
+    let (status, order) = post_order(
+        &app,
+        &secret,
+        "simulate-process-order-1",
+        &json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 2 }),
     )
     .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{order}");

@@ -13,7 +13,7 @@ use reqwest::StatusCode;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, eventually, fund, live_partner, read, spawn_app_with};
+use crate::helpers::{TestApp, eventually, fund, live_partner, post_order, read, spawn_app_with};
 
 /// The credentials the service and its simulator share by default.
 const ACCESS_CODE: &str = "sim-access-code";
@@ -243,15 +243,11 @@ async fn app_polling_once_a_minute(latency_ms: &str) -> TestApp {
 
 /// Places an order of two units and waits (20 s at most) until it settled.
 async fn place_and_settle(app: &TestApp, secret: &str, key: &str) -> Value {
-    let (status, order) = read(
-        app.client
-            .post(format!("{}/partner/v1/orders", app.public))
-            .bearer_auth(secret)
-            .header("Idempotency-Key", key)
-            .json(&json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 2 }))
-            .send()
-            .await
-            .unwrap(),
+    let (status, order) = post_order(
+        app,
+        secret,
+        key,
+        &json!({ "plan_id": "pl_fr_1gb_7d", "quantity": 2 }),
     )
     .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{order}");
