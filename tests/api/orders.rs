@@ -22,12 +22,15 @@ use entities::{esim, float, idempotency_key, ledger_entry, order, order_unit, su
 use esim_reseller::domain::esim::is_valid_iccid;
 use rand::seq::SliceRandom;
 use reqwest::{Method, StatusCode};
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, Set,
+    Statement,
+};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    TestApp, assert_error, balance, eventually, fund, get, live_partner, read, sandbox_key,
-    spawn_app_with, spawn_node,
+    TestApp, assert_error, balance, eventually, fund, get, live_partner, post_order, read,
+    sandbox_key, spawn_app_with, spawn_node,
 };
 
 /// A cheap plan whose bronze price is not clamped by its cost floor.
@@ -1905,6 +1908,81 @@ async fn storm(commit_mode: &str, nodes: usize) {
     })
     .await;
     assert_eq!(assert_ledger_matches_float(&app, &partner_id).await, 0);
+}
+
+/// A key that loses its race at every attempt (a trigger fails its binding
+/// as a unique violation, as when another node binds it first each time)
+/// costs only its own request a `409 conflict`: the requests that shared its
+/// batch are decided again one by one and accepted, and charged once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_outraced_at_every_attempt_costs_only_its_own_request_a_409() {
+    const PLAIN: usize = 31;
+    let app = spawn_app_with(FAST).await;
+    let (partner_id, secret) = live_partner(&app).await;
+    let funding = BRONZE_UNIT * (PLAIN as i64 + 1);
+    fund(&app, &partner_id, funding).await;
+    let raced = new_key();
+    bind_always_fails(&app, &raced).await;
+    let keys: Vec<String> = (0..PLAIN).map(|_| new_key()).collect();
+    // All at once, so that the raced key shares its batch with others.
+    let barrier = Arc::new(tokio::sync::Barrier::new(PLAIN + 1));
+    let sends = keys.iter().chain(std::iter::once(&raced)).map(|key| {
+        let (app, secret, barrier) = (&app, secret.as_str(), barrier.clone());
+        async move {
+            barrier.wait().await;
+            post_order(app, secret, key, &order_body(1)).await
+        }
+    });
+    let answers = futures::future::join_all(sends).await;
+
+    let (raced_answer, plain_answers) = answers.split_last().unwrap();
+    for (status, body) in plain_answers {
+        assert_eq!(*status, StatusCode::ACCEPTED, "{body}");
+    }
+    assert_error(raced_answer.0, &raced_answer.1, 409, "conflict");
+    let purchases = ledger_of(&app, &partner_id)
+        .await
+        .into_iter()
+        .filter(|r| r.kind.as_str() == "purchase")
+        .count();
+    assert_eq!(purchases, PLAIN, "each accepted order charged once");
+    assert_eq!(balance(&app, &secret).await, BRONZE_UNIT);
+    assert_eq!(
+        assert_ledger_matches_float(&app, &partner_id).await,
+        BRONZE_UNIT
+    );
+}
+
+/// Makes binding `key` fail as a unique violation every time: a trigger on
+/// the key bindings inserts a value that is already taken.
+async fn bind_always_fails(app: &TestApp, key: &str) {
+    let backend = app.db.get_database_backend();
+    let mut statements = vec![
+        "CREATE TABLE taken (k TEXT UNIQUE)".to_owned(),
+        "INSERT INTO taken VALUES ('x')".to_owned(),
+    ];
+    match backend {
+        sea_orm::DbBackend::Postgres => statements.extend([
+            format!(
+                "CREATE FUNCTION bind_always_fails() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                 BEGIN IF NEW.key = '{key}' THEN INSERT INTO taken VALUES ('x'); END IF; \
+                 RETURN NEW; END $$"
+            ),
+            "CREATE TRIGGER bind_always_fails BEFORE INSERT ON idempotency_keys \
+             FOR EACH ROW EXECUTE FUNCTION bind_always_fails()"
+                .to_owned(),
+        ]),
+        _ => statements.push(format!(
+            "CREATE TRIGGER bind_always_fails BEFORE INSERT ON idempotency_keys \
+             WHEN NEW.key = '{key}' BEGIN INSERT INTO taken VALUES ('x'); END"
+        )),
+    }
+    for sql in statements {
+        app.db
+            .execute_raw(Statement::from_string(backend, sql))
+            .await
+            .unwrap();
+    }
 }
 
 /// Many partners at once through two nodes on one database: each node's

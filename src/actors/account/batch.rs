@@ -11,20 +11,76 @@ pub(super) async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
     }
     let (requests, replies): (Vec<PlaceOrder>, Vec<_>) =
         batch.into_iter().map(|(r, reply)| (*r, reply)).unzip();
-    let answers: Vec<Result<Decision, AccountError>> = match decide_and_commit(state, &requests)
-        .await
-    {
+    let answers = answer_batch(state, &requests).await;
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        announce(state, &answer);
+        let _ = reply.send(answer);
+    }
+}
+
+/// The answers to a batch, one per request. A batch that other nodes
+/// outraced at every attempt is decided again one request at a time: a key
+/// raced over and over then costs only its own request a `409 conflict`,
+/// never the requests that happened to share its batch.
+async fn answer_batch(
+    state: &mut AccountState,
+    requests: &[PlaceOrder],
+) -> Vec<Result<Decision, AccountError>> {
+    match decide_and_commit(state, requests).await {
         Ok(decisions) => decisions.into_iter().map(Ok).collect(),
-        Err(err) => {
+        Err(Undecided::Outraced) if requests.len() > 1 => {
+            tracing::info!(partner_id = %state.args.partner_id, size = requests.len(), "guards fired at every attempt on an order batch; deciding its requests one by one");
+            let mut answers = Vec::with_capacity(requests.len());
+            for request in requests {
+                answers.push(answer_alone(state, request).await);
+            }
+            answers
+        }
+        Err(undecided) => {
+            let err = AccountError::from(undecided);
             if let AccountError::Internal(why) = &err {
                 tracing::warn!(partner_id = %state.args.partner_id, size = requests.len(), error = %why, "order batch not committed; every request in it is answered 500 (retry with the same key is safe)");
             }
             (0..requests.len()).map(|_| Err(err.clone())).collect()
         }
-    };
-    for (reply, answer) in replies.into_iter().zip(answers) {
-        announce(state, &answer);
-        let _ = reply.send(answer);
+    }
+}
+
+/// The answer to one request decided and committed in a batch of its own.
+async fn answer_alone(
+    state: &mut AccountState,
+    request: &PlaceOrder,
+) -> Result<Decision, AccountError> {
+    let mut decisions = decide_and_commit(state, std::slice::from_ref(request)).await?;
+    decisions
+        .pop()
+        .ok_or_else(|| AccountError::internal("a request was left undecided"))
+}
+
+/// Why a batch got no decisions.
+enum Undecided {
+    /// A guard fired at every attempt: other nodes kept committing first
+    /// (moving the float, binding a key of the batch).
+    Outraced,
+    /// The database refused or is down.
+    Failed(AccountError),
+}
+
+impl From<Undecided> for AccountError {
+    fn from(undecided: Undecided) -> Self {
+        match undecided {
+            Undecided::Outraced => AccountError::Conflict {
+                message: "The account changed under this request; retry with the same key.".into(),
+                param: None,
+            },
+            Undecided::Failed(err) => err,
+        }
+    }
+}
+
+impl From<sea_orm::DbErr> for Undecided {
+    fn from(err: sea_orm::DbErr) -> Self {
+        Undecided::Failed(AccountError::from(err))
     }
 }
 
@@ -33,10 +89,10 @@ pub(super) async fn flush(state: &mut AccountState, batch: Vec<Pending>) {
 /// reloaded and the batch decided again, so the loser of a race replays the
 /// winner. When the database is down, the batch fails as a whole and memory
 /// is reloaded so it never drifts from what committed.
-pub(super) async fn decide_and_commit(
+async fn decide_and_commit(
     state: &mut AccountState,
     requests: &[PlaceOrder],
-) -> Result<Vec<Decision>, AccountError> {
+) -> Result<Vec<Decision>, Undecided> {
     for _ in 0..GUARD_RETRIES {
         match try_batch(state, requests).await {
             Ok(decisions) => return Ok(decisions),
@@ -50,14 +106,11 @@ pub(super) async fn decide_and_commit(
                 if let Err(reload) = state.reload_balances().await {
                     tracing::error!(partner_id = %state.args.partner_id, error = %reload, "balances could not be reloaded after a failed commit");
                 }
-                return Err(err);
+                return Err(Undecided::Failed(err));
             }
         }
     }
-    Err(AccountError::Conflict {
-        message: "The account changed under this request; retry with the same key.".into(),
-        param: None,
-    })
+    Err(Undecided::Outraced)
 }
 
 /// Drops what memory holds of a batch's keys (the database knows better).

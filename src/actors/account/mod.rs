@@ -56,8 +56,10 @@ const REMEMBERED_KEYS: usize = 4096;
 /// Most order requests committed in one transaction.
 pub(crate) const MAX_BATCH: usize = 512;
 
-/// Times a batch is decided again after a guard fired before giving up
-/// with `409 conflict` (each time after reloading from the database).
+/// Attempts at a batch while guards fire (each after reloading from the
+/// database). A batch outraced at every attempt is decided again one request
+/// at a time, each with as many attempts; a lone request still outraced is
+/// answered `409 conflict` (retrying with the same key is safe).
 const GUARD_RETRIES: usize = 3;
 
 /// An order request: the priced order (the edge's refusal otherwise).
