@@ -6,7 +6,10 @@
 //! (`config/catalogue.json`) with the spec's pricing rule, then compared with
 //! what the API serves.
 
-use std::collections::{BTreeMap, HashSet};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::LazyLock,
+};
 
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use reqwest::{Method, StatusCode};
@@ -145,22 +148,36 @@ fn assert_no_duplicates(plans: &[Value]) {
 
 // ------------------------------------------------------ the seed oracle
 
-fn seed() -> Value {
+/// The seed catalogue, parsed once: it is a megabyte of JSON, and a test
+/// that looks up each of its plans would otherwise parse it once per plan.
+static SEED: LazyLock<Value> = LazyLock::new(|| {
     serde_json::from_str(include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/config/catalogue.json"
     )))
     .unwrap()
+});
+
+/// The seed's plans by id.
+static SEED_PLANS: LazyLock<HashMap<String, Value>> = LazyLock::new(|| {
+    seed_plans()
+        .into_iter()
+        .map(|p| (p["id"].as_str().unwrap().to_owned(), p))
+        .collect()
+});
+
+fn seed() -> Value {
+    SEED.clone()
 }
 
 fn seed_plans() -> Vec<Value> {
-    seed()["plans"].as_array().unwrap().clone()
+    SEED["plans"].as_array().unwrap().clone()
 }
 
 fn seed_plan(id: &str) -> Value {
-    seed_plans()
-        .into_iter()
-        .find(|p| p["id"] == id)
+    SEED_PLANS
+        .get(id)
+        .cloned()
         .unwrap_or_else(|| panic!("{id} is not in the seed"))
 }
 

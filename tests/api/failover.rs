@@ -149,21 +149,27 @@ fn assert_delivered(order: &Value, quantity: usize) {
 
 #[tokio::test]
 async fn an_outage_shorter_than_the_deadline_refunds_nothing() {
-    let app = app_with(&[("suppliers.breaker_open_seconds", "2")]).await;
+    // A 40 s deadline with a 10 s reserve: placements are retried for 30 s.
+    let app = app_with(&[
+        ("suppliers.breaker_open_seconds", "2"),
+        ("supplier.deadline_seconds", "40"),
+        ("supplier.reserve_seconds", "10"),
+    ])
+    .await;
     let secret = funded(&app).await;
     esim_access_faults(&app, json!({ "fail_rate": 1.0 })).await;
     let ids = [
         order(&app, &secret, PLAN, 2).await,
         order(&app, &secret, PLAN, 1).await,
     ];
-    // A 30-second outage: the supplier fails every call (HTTP 500, nothing
+    // A 10-second outage: the supplier fails every call (HTTP 500, nothing
     // taken), is taken out of the route and fails its probes too.
     let outage = std::time::Instant::now();
-    eventually("a 30 s outage with many failed calls", SETTLE, || async {
+    eventually("a 10 s outage with many failed calls", SETTLE, || async {
         let view = supplier_view(&app, "esim_access").await;
         let failed = view["failures"].as_u64().unwrap() >= 8
             && view["times_taken_out"].as_u64().unwrap() >= 1;
-        (failed && outage.elapsed() >= Duration::from_secs(30)).then_some(())
+        (failed && outage.elapsed() >= Duration::from_secs(10)).then_some(())
     })
     .await;
     for id in &ids {
