@@ -93,7 +93,7 @@ async fn decide_and_commit(
     state: &mut AccountState,
     requests: &[PlaceOrder],
 ) -> Result<Vec<Decision>, Undecided> {
-    for _ in 0..GUARD_RETRIES {
+    for _ in 0..GUARD_ATTEMPTS {
         match try_batch(state, requests).await {
             Ok(decisions) => return Ok(decisions),
             Err(Attempt::Guard(why)) => {

@@ -60,7 +60,7 @@ pub(crate) const MAX_BATCH: usize = 512;
 /// database). A batch outraced at every attempt is decided again one request
 /// at a time, each with as many attempts; a lone request still outraced is
 /// answered `409 conflict` (retrying with the same key is safe).
-const GUARD_RETRIES: usize = 3;
+const GUARD_ATTEMPTS: usize = 3;
 
 /// An order request: the priced order (the edge's refusal otherwise).
 pub(crate) type PlaceOrder = OrderRequest<order::Model>;
