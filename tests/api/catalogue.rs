@@ -166,8 +166,8 @@ static SEED_PLANS: LazyLock<HashMap<String, Value>> = LazyLock::new(|| {
         .collect()
 });
 
-fn seed() -> Value {
-    SEED.clone()
+fn seed() -> &'static Value {
+    &SEED
 }
 
 fn seed_plans() -> Vec<Value> {
