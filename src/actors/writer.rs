@@ -8,10 +8,11 @@
 //! in one transaction with the same statements whatever their number
 //! ([`store::orders::accept_batches`]: one conditional debit over every
 //! float, one insert per table), so a hundred partners cost what one does.
-//! A job whose guard fires (another node moved that float) is answered alone
-//! and the others are committed again without it; a unique key that lost a
-//! race fails the shared statement, and then each job is committed in its
-//! own savepoint so that only the job that lost is refused. On a SQLite
+//! A job whose guard fires (another node moved that float, or one of its
+//! Idempotency-Keys is bound already) is answered alone and the others are
+//! committed again without it; any other unique violation fails the shared
+//! statement, and then each job is committed in its own savepoint so that
+//! only the job that lost is refused. On a SQLite
 //! file the shared commit is a write of the file's inline connection
 //! ([`store::inline_write`]), none of its statements handed to sqlx's
 //! connection thread, committed with whatever the other writers of the
@@ -190,8 +191,9 @@ impl Committer {
         }
     }
 
-    /// Commits jobs of distinct partners in one transaction; a job whose debit
-    /// guard fires is answered `Insufficient` and the rest committed without it.
+    /// Commits jobs of distinct partners in one transaction; a job a guard
+    /// turns back (its debit, or a key bound already) is answered
+    /// `Insufficient` or `KeyTaken` and the rest committed without it.
     async fn commit_round(&self, jobs: Vec<Queued>) {
         let mut open = jobs;
         while !open.is_empty() {
@@ -208,11 +210,11 @@ impl Committer {
                     }
                     return;
                 }
-                Err(SharedError::Fired(fired)) => {
+                Err(SharedError::Turned(turned)) => {
                     let mut kept = Vec::with_capacity(open.len());
                     for (index, (job, answer)) in open.into_iter().enumerate() {
-                        if fired.contains(&index) {
-                            let _ = answer.send(Err(AcceptError::Insufficient));
+                        if turned.batches().contains(&index) {
+                            let _ = answer.send(Err(turned.error()));
                         } else {
                             kept.push((job, answer));
                         }
@@ -270,7 +272,7 @@ impl Committer {
             store::orders::accept_batches_inline(connection, &batches, now)
         })
         .await?;
-        Some(done.map_err(SharedError::Fired))
+        Some(done.map_err(SharedError::Turned))
     }
 }
 

@@ -54,6 +54,41 @@ pub(crate) fn insert_statement<E: EntityTrait>(
     )))
 }
 
+/// [`insert_statement`] for rows a unique index may hold already: a row whose
+/// `unique` columns are taken is skipped, not an error, and the statement
+/// answers the `unique` columns of the rows it did insert, so the caller
+/// learns which were taken without the whole statement failing.
+pub(crate) fn insert_new_statement<E: EntityTrait>(
+    backend: DbBackend,
+    models: &[E::Model],
+    unique: &[E::Column],
+) -> Result<Option<Statement>, DbErr> {
+    if models.is_empty() {
+        return Ok(None);
+    }
+    let columns = unique
+        .iter()
+        .map(|c| format!("\"{}\"", c.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // SQLite reads `ON` right after `SELECT .. FROM ..` as a join's: a
+    // `WHERE` between them ends the select.
+    let filler = match backend {
+        DbBackend::Postgres => "",
+        _ => " WHERE true",
+    };
+    let sql = format!(
+        "{}{filler} ON CONFLICT ({columns}) DO NOTHING RETURNING {columns}",
+        insert_sql::<E>(backend)
+    );
+    let rows = rows_json::<E>(models)?;
+    Ok(Some(Statement::from_sql_and_values(
+        backend,
+        sql,
+        [Value::from(rows)],
+    )))
+}
+
 /// `column IN (ids)` with the ids in one JSON parameter, for a filter whose
 /// text is the same for one id or ten thousand.
 pub(crate) fn column_in<'a>(

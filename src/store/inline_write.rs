@@ -526,7 +526,7 @@ mod tests {
         states::{EsimStatus, OrderStatus, SupplierOrderStatus},
     };
     use crate::store::orders::{
-        NewOrder, PartnerBatch, accept_batches_inline, deliver_and_settle_inline,
+        NewOrder, PartnerBatch, Turned, accept_batches_inline, deliver_and_settle_inline,
     };
 
     async fn funded_partner(name: &str) -> (tempfile::TempDir, Db, String) {
@@ -573,10 +573,8 @@ mod tests {
         batch: &PartnerBatch,
     ) -> impl FnOnce(
         &Connection,
-    ) -> Result<
-        Vec<crate::store::orders::Balances>,
-        InlineFailed<std::collections::BTreeSet<usize>>,
-    > + Send
+    ) -> Result<Vec<crate::store::orders::Balances>, InlineFailed<Turned>>
+    + Send
     + 'static {
         let batch = batch.clone();
         move |c| accept_batches_inline(c, &[&batch], Utc::now())
@@ -639,13 +637,38 @@ mod tests {
         let done = writer.transaction(accept(&batch)).await;
 
         match done {
-            Err(InlineFailed::Refused(fired)) => {
+            Err(InlineFailed::Refused(Turned::Fired(fired))) => {
                 assert_eq!(fired.into_iter().collect::<Vec<_>>(), [0])
             }
             other => panic!("the guard fires for the batch, got {other:?}"),
         }
         assert_eq!(sandbox_balance(&db, &partner_id).await, 10_000);
         assert_eq!(orders_of(&db, &partner_id).await, 0);
+    }
+
+    /// A key bound already is skipped by the bindings' insert, and its batch
+    /// turned back before anything of it is written.
+    #[tokio::test]
+    async fn a_key_bound_already_turns_its_batch_back_inline() {
+        let (_dir, db, partner_id) = funded_partner("inline-taken.db").await;
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
+        writer
+            .transaction(accept(&batch_of(&partner_id, "k5", 1_000)))
+            .await
+            .unwrap();
+        let mut again = batch_of(&partner_id, "k5", 1_000);
+        again.orders[0].order.id = "ord_k5_again".into();
+
+        let done = writer.transaction(accept(&again)).await;
+
+        match done {
+            Err(InlineFailed::Refused(Turned::Taken(taken))) => {
+                assert_eq!(taken.into_iter().collect::<Vec<_>>(), [0])
+            }
+            other => panic!("the key is taken, got {other:?}"),
+        }
+        assert_eq!(sandbox_balance(&db, &partner_id).await, 9_000);
+        assert_eq!(orders_of(&db, &partner_id).await, 1);
     }
 
     /// Another program holding SQLite's write lock: the inline commit gives

@@ -587,6 +587,65 @@ async fn a_replayed_success_is_200_with_the_header_and_the_order_as_it_is_now() 
     assert_eq!(rows_of(&ledger, &id, "purchase").len(), 1);
 }
 
+/// An account keeps only its recent keys in memory and takes the others for
+/// new without reading them; the commit finds a key bound before. A retry
+/// reaching an account that forgot its key (the actor was passivated and
+/// started again) replays the order and charges nothing more, beside a new
+/// order of the same moment, and still does after the plan went off sale
+/// (a refusal that binds nothing never outranks the key's binding).
+#[tokio::test]
+async fn a_retry_after_the_account_forgot_its_key_replays_the_order_and_charges_once() {
+    let app = order_app_with(&[("accounts.idle_seconds", "1")]).await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 10_000).await;
+    let key = new_key();
+    let body = order_body(1);
+    let first = place(&app, &secret, &key, &body).await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
+    let passivated = || async {
+        eventually(
+            "the idle actor to be passivated",
+            Duration::from_secs(10),
+            || async { (!account_actor_listed(&app, &partner_id).await).then_some(()) },
+        )
+        .await
+    };
+    passivated().await;
+
+    let other_key = new_key();
+    let (again, other) = tokio::join!(
+        place(&app, &secret, &key, &body),
+        place(&app, &secret, &other_key, &body)
+    );
+
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    assert!(again.replayed);
+    assert_eq!(again.order_id(), first.order_id());
+    assert_eq!(other.status, StatusCode::ACCEPTED, "{}", other.body);
+    assert!(!other.replayed);
+    assert_eq!(balance(&app, &secret).await, 10_000 - 2 * BRONZE_UNIT);
+    assert_eq!(
+        assert_ledger_matches_float(&app, &partner_id).await,
+        10_000 - 2 * BRONZE_UNIT
+    );
+
+    let (code, _) = read(
+        app.operator(Method::PATCH, &format!("/plans/{PLAN}"))
+            .json(&json!({ "active": false }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK);
+    passivated().await;
+    let late = place(&app, &secret, &key, &body).await;
+    assert_eq!(late.status, StatusCode::OK, "{}", late.body);
+    assert!(late.replayed);
+    assert_eq!(late.order_id(), first.order_id());
+    assert_eq!(balance(&app, &secret).await, 10_000 - 2 * BRONZE_UNIT);
+}
+
 #[tokio::test]
 async fn the_order_of_keys_in_the_json_body_does_not_matter_to_a_replay() {
     let app = order_app().await;
@@ -2351,7 +2410,7 @@ async fn a_transaction_that_locked_the_floats_holds_other_debits_until_it_ends()
 #[tokio::test]
 async fn on_postgres_a_batch_s_idempotency_keys_are_probed_by_index_never_scanned() {
     use sea_orm::{ConnectionTrait, Statement};
-    let app = order_app().await;
+    let app = order_app_with(&[("accounts.idle_seconds", "1")]).await;
     if !app.database_url.starts_with("postgres") {
         return;
     }
@@ -2368,6 +2427,14 @@ async fn on_postgres_a_batch_s_idempotency_keys_are_probed_by_index_never_scanne
         assert!(answers.iter().all(|a| a.status == StatusCode::ACCEPTED));
         placed.extend(answers);
     }
+    // New keys are taken for new without a read; a key the account forgot
+    // (its actor passivated) is read when its retry finds it bound.
+    eventually(
+        "the idle actor to be passivated",
+        Duration::from_secs(10),
+        || async { (!account_actor_listed(&app, &partner).await).then_some(()) },
+    )
+    .await;
     for (key, first) in keys.iter().zip(&placed).take(10) {
         let again = place(&app, &secret, key, &body).await;
         assert!(again.replayed, "{}", again.body);
@@ -2390,8 +2457,8 @@ async fn on_postgres_a_batch_s_idempotency_keys_are_probed_by_index_never_scanne
         (count("seq_scan"), count("seq_tup_read"), count("idx_scan"))
     };
     // A backend reports its counts when idle, within about a second; a
-    // scan counts once per batch, a probe once per key: four waves make at
-    // least four of either.
+    // scan counts once per batch, a probe once per key: ten retries read
+    // one by one make at least four of either.
     let (read, probed) = eventually("the lookups to be counted", SETTLE, || async {
         let (scanned, read, probed) = scans().await;
         (scanned + probed >= 4).then_some((read, probed))

@@ -89,13 +89,32 @@ impl From<sea_orm::DbErr> for Undecided {
 /// reloaded and the batch decided again, so the loser of a race replays the
 /// winner. When the database is down, the batch fails as a whole and memory
 /// is reloaded so it never drifts from what committed.
+///
+/// The first attempt takes the keys memory does not hold for new, without
+/// reading them: they almost always are (a partner sends a new key for each
+/// new order), and the commit's binding of them finds any bound already
+/// (a retry of an order the account has forgotten, or a key another node
+/// bound). Then the batch's keys are read and it is decided again, which
+/// replays that binding; only then do attempts count against
+/// [`GUARD_ATTEMPTS`].
 async fn decide_and_commit(
     state: &mut AccountState,
     requests: &[PlaceOrder],
 ) -> Result<Vec<Decision>, Undecided> {
-    for _ in 0..GUARD_ATTEMPTS {
-        match try_batch(state, requests).await {
+    let attempts =
+        std::iter::once(Keys::TakenForNew).chain(std::iter::repeat_n(Keys::Read, GUARD_ATTEMPTS));
+    for keys in attempts {
+        match try_batch(state, requests, keys).await {
             Ok(decisions) => return Ok(decisions),
+            Err(Attempt::Taken) if keys == Keys::TakenForNew => {
+                tracing::debug!(partner_id = %state.args.partner_id, "a key of an order batch is bound already; reading its keys and deciding it again");
+                forget(state, requests);
+            }
+            Err(Attempt::Taken) => {
+                tracing::info!(partner_id = %state.args.partner_id, "another node bound a key of an order batch; deciding it again");
+                forget(state, requests);
+                state.reload_balances().await?;
+            }
             Err(Attempt::Guard(why)) => {
                 tracing::info!(partner_id = %state.args.partner_id, why, "a guard fired under an order batch; deciding it again");
                 forget(state, requests);
@@ -120,8 +139,20 @@ fn forget(state: &mut AccountState, requests: &[PlaceOrder]) {
     }
 }
 
+/// How an attempt at a batch learns what the keys memory does not hold are
+/// bound to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keys {
+    /// Not read: they are decided as new, and the commit finds out.
+    TakenForNew,
+    /// Read from the database before deciding.
+    Read,
+}
+
 /// Why one attempt at a batch did not commit.
 enum Attempt {
+    /// A key of the batch is bound already: read the keys, decide again.
+    Taken,
     /// A guard fired: decide again after reloading.
     Guard(&'static str),
     /// The database refused or is down.
@@ -134,14 +165,24 @@ impl From<sea_orm::DbErr> for Attempt {
     }
 }
 
-/// One attempt: load the unknown keys, decide, commit, build the answers.
+/// One attempt: load the unknown keys (unless taken for new), decide,
+/// commit, build the answers.
 async fn try_batch(
     state: &mut AccountState,
     requests: &[PlaceOrder],
+    keys: Keys,
 ) -> Result<Vec<Decision>, Attempt> {
-    state.load_bindings(requests).await?;
+    if keys == Keys::Read {
+        state.load_bindings(requests).await?;
+    }
     let allowance = state.allowance(requests);
     let mut decided = ordering::decide(requests, &state.keys, state.floats, allowance.clone());
+    if keys == Keys::TakenForNew && answers_unwritten(state, requests, &decided.outcomes) {
+        // A refusal that binds nothing is answered without a commit, so no
+        // commit would find its key's binding: read the keys first.
+        state.load_bindings(requests).await?;
+        decided = ordering::decide(requests, &state.keys, state.floats, allowance.clone());
+    }
     if decided.refused_for_money() {
         // Another node may have credited a deposit: confirm before binding keys.
         let before = state.floats;
@@ -158,6 +199,7 @@ async fn try_batch(
         };
         let (live, sandbox) = committed.map_err(|e| match e {
             AcceptError::Insufficient => Attempt::Guard("the float moved under the batch"),
+            AcceptError::KeyTaken => Attempt::Taken,
             AcceptError::Db(err) if store::is_unique_violation(&err) => {
                 Attempt::Guard("another node bound a key of the batch")
             }
@@ -175,6 +217,15 @@ async fn try_batch(
         state.remember(&key, binding);
     }
     answers(state, requests, decided.outcomes).await
+}
+
+/// Whether a request whose key memory does not hold is refused with a
+/// refusal that binds nothing (answered without a commit).
+fn answers_unwritten(state: &AccountState, requests: &[PlaceOrder], outcomes: &[Outcome]) -> bool {
+    requests.iter().zip(outcomes).any(|(request, outcome)| {
+        matches!(outcome, Outcome::Refuse(refusal) if !refusal.binds())
+            && !state.keys.contains_key(&request.key)
+    })
 }
 
 /// The rows a decided batch writes.

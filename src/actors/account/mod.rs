@@ -596,6 +596,68 @@ mod tests {
         );
     }
 
+    /// A key the account no longer holds in memory (here: a fresh actor, as
+    /// after a restart or passivation) is decided as new without being read,
+    /// found bound by the commit, then read and replayed: charged once, its
+    /// batch-mates accepted, through the shared writer and without it.
+    #[tokio::test]
+    async fn a_fresh_actor_replays_a_key_bound_before_it_and_charges_it_once() {
+        for shared in [false, true] {
+            let (_dir, db, partner_id) = database().await;
+            let writer = || shared.then(|| crate::actors::writer::CommitWriter::start(db.clone()));
+            let first = spawn_actor(&db, &partner_id, writer()).await;
+            let before = send_batch(&first, vec![request(&partner_id, "a1", 1000)]).await;
+            let Ok(Decision::Accepted(original)) = &before[0] else {
+                panic!("{before:?}")
+            };
+            first.stop(None);
+            let fresh = spawn_actor(&db, &partner_id, writer()).await;
+
+            let after = send_batch(
+                &fresh,
+                vec![
+                    request(&partner_id, "a1", 1000),
+                    request(&partner_id, "a2", 2000),
+                ],
+            )
+            .await;
+
+            assert!(
+                matches!(&after[0], Ok(Decision::Replayed(o)) if o.id == original.id),
+                "{after:?}"
+            );
+            assert!(matches!(&after[1], Ok(Decision::Accepted(_))), "{after:?}");
+            let stored = store::orders::balances(&db, &partner_id).await.unwrap();
+            assert_eq!(stored.1, 10_000 - 3_000, "a1 charged once, a2 once");
+            assert_eq!(balances(&fresh).await, stored);
+        }
+    }
+
+    /// A refusal that binds nothing is answered without a commit, so the
+    /// commit cannot find the key bound: such a request's key is read first,
+    /// and a key bound before still replays its order (a retry whose plan
+    /// went off sale since gets its order, not `plan.inactive`).
+    #[tokio::test]
+    async fn a_fresh_actor_replays_a_bound_key_over_a_refusal_that_binds_nothing() {
+        let (_dir, db, partner_id) = database().await;
+        let first = spawn_actor(&db, &partner_id, None).await;
+        let before = send_batch(&first, vec![request(&partner_id, "a1", 1000)]).await;
+        let Ok(Decision::Accepted(original)) = &before[0] else {
+            panic!("{before:?}")
+        };
+        first.stop(None);
+        let fresh = spawn_actor(&db, &partner_id, None).await;
+        let mut retry = request(&partner_id, "a1", 1000);
+        retry.ask = Err(Refusal::PlanInactive);
+
+        let after = send_batch(&fresh, vec![retry]).await;
+
+        assert!(
+            matches!(&after[0], Ok(Decision::Replayed(o)) if o.id == original.id),
+            "{after:?}"
+        );
+    }
+
     /// A job of one sandbox order for the shared writer.
     fn job(partner: &str, key: &str, total: i64) -> crate::actors::writer::Job {
         let order = request(partner, key, total).ask.unwrap();
@@ -673,10 +735,7 @@ mod tests {
             .await
             .unwrap();
 
-        assert!(
-            matches!(&lost, Err(AcceptError::Db(err)) if store::is_unique_violation(err)),
-            "{lost:?}"
-        );
+        assert!(matches!(&lost, Err(AcceptError::KeyTaken)), "{lost:?}");
         assert_eq!(
             won.unwrap().1,
             Some(49_000),

@@ -1,9 +1,11 @@
-//! Accepting a batch of orders: the idempotency bindings it reads first, the
-//! units it opens and the one transaction that persists it.
+//! Accepting a batch of orders: the units it opens and the one transaction
+//! that persists it (its key bindings are in [`super::bindings`]).
 
 use super::*;
 use crate::store::inline_write::{self, InlineFailed};
 use sea_orm::{DbBackend, Statement};
+
+use super::bindings::{KeyBindings, key_bindings};
 
 /// An order ready to be written.
 #[derive(Debug, Clone)]
@@ -27,122 +29,15 @@ pub struct RefusalRow {
     pub refusal: Refusal,
 }
 
-/// What the keys of a partner are bound to, for those of `keys` that are,
-/// in one query. A refusal stored in a form nobody can read is an error:
-/// answering anything else would break the key's promise.
-pub async fn find_bindings<C: ConnectionTrait>(
-    db: &C,
-    partner_id: &str,
-    keys: &[String],
-) -> Result<Vec<(String, Binding)>, DbErr> {
-    if keys.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows = idempotency_key::Entity::find()
-        .filter(idempotency_key::Column::PartnerId.eq(partner_id))
-        .filter(bulk::column_in(
-            db,
-            idempotency_key::Column::Key,
-            keys.iter().map(String::as_str),
-        ))
-        .all(db)
-        .await?;
-    rows.into_iter()
-        .map(|row| Ok((row.key.clone(), binding_of(row)?)))
-        .collect()
-}
-
-/// [`find_bindings`] for the keys of many partners at once, in one query
-/// whose text does not depend on how many: (partner, key, binding) for each
-/// pair that is bound.
-pub async fn find_bindings_of_many<C: ConnectionTrait>(
-    db: &C,
-    wanted: &[(String, String)],
-) -> Result<Vec<(String, String, Binding)>, DbErr> {
-    if wanted.is_empty() {
-        return Ok(Vec::new());
-    }
-    let pairs: Vec<serde_json::Value> = wanted
-        .iter()
-        .map(|(partner, key)| serde_json::json!({"p": partner, "k": key}))
-        .collect();
-    let pairs = serde_json::Value::from(pairs).to_string();
-    let rows = match db.get_database_backend() {
-        // One probe of the primary key per pair, whatever the statistics
-        // say: a join against the pairs (or `IN` over them) is planned
-        // against a set guessed at 100 rows, and while the table's
-        // statistics still call it small (a new database, or between two
-        // analyses) PostgreSQL reads the whole table for it, every batch.
-        // `OFFSET 0` keeps the lateral subquery from being flattened into
-        // such a join.
-        sea_orm::DbBackend::Postgres => {
-            idempotency_key::Entity::find()
-                .from_raw_sql(Statement::from_sql_and_values(
-                    sea_orm::DbBackend::Postgres,
-                    "SELECT i.* FROM (SELECT DISTINCT p, k FROM jsonb_to_recordset($1::jsonb) AS r(p text, k text)) AS r \
-                     CROSS JOIN LATERAL (SELECT * FROM \"idempotency_keys\" \
-                     WHERE \"partner_id\" = r.p AND \"key\" = r.k OFFSET 0) AS i",
-                    [pairs.into()],
-                ))
-                .all(db)
-                .await?
-        }
-        _ => {
-            let filter = sea_orm::sea_query::SimpleExpr::cust_with_values(
-                "(\"partner_id\", \"key\") IN (SELECT value ->> 'p', value ->> 'k' FROM jsonb_each(?))",
-                [pairs],
-            );
-            idempotency_key::Entity::find()
-                .filter(filter)
-                .all(db)
-                .await?
-        }
-    };
-    rows.into_iter()
-        .map(|row| Ok((row.partner_id.clone(), row.key.clone(), binding_of(row)?)))
-        .collect()
-}
-
-/// What a stored key binding says.
-fn binding_of(row: idempotency_key::Model) -> Result<Binding, DbErr> {
-    let bound = match (&row.order_id, &row.error_body) {
-        (Some(order_id), _) => Bound::Order(order_id.clone()),
-        (None, Some(stored)) => Bound::Refusal(Refusal::from_stored(stored).ok_or_else(|| {
-            DbErr::Custom(format!(
-                "the refusal bound to key {} is unreadable",
-                row.key
-            ))
-        })?),
-        (None, None) => {
-            return Err(DbErr::Custom(format!(
-                "key {} is bound to nothing",
-                row.key
-            )));
-        }
-    };
-    Ok(Binding {
-        mode: row.mode,
-        fingerprint: row.fingerprint,
-        bound,
-    })
-}
-
-/// What an Idempotency-Key of a partner is bound to, as stored.
-pub async fn find_key<C: ConnectionTrait>(
-    db: &C,
-    partner_id: &str,
-    key: &str,
-) -> Result<Option<idempotency_key::Model>, DbErr> {
-    idempotency_key::Entity::find_by_id((partner_id.to_owned(), key.to_owned()))
-        .one(db)
-        .await
-}
-
 /// Why an acceptance did not commit.
 #[derive(Debug)]
 pub enum AcceptError {
     /// The conditional debit found less money than expected (another node moved it).
     Insufficient,
+    /// A key of the batch is bound already: by an earlier request the
+    /// account no longer holds in memory, or by another node. Nothing was
+    /// written; read the keys' bindings and decide again.
+    KeyTaken,
     /// The database refused (a unique key lost a race, or it is down).
     Db(DbErr),
 }
@@ -199,12 +94,37 @@ pub type Balances = (Option<i64>, Option<i64>);
 /// Why a shared commit of many batches did not go through.
 #[derive(Debug)]
 pub enum SharedError {
-    /// The conditional debit found too little money for these batches (by
-    /// index): nothing of the others is written either; roll back and commit
-    /// them again without these.
-    Fired(BTreeSet<usize>),
+    /// A guard turned some batches back: nothing of the others is written
+    /// either; roll back and commit them again without these.
+    Turned(Turned),
     /// The database refused (a unique key lost a race, or it is down).
     Db(DbErr),
+}
+
+/// The batches (by index) a shared commit's guards turned back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Turned {
+    /// The conditional debit found too little money for these batches.
+    Fired(BTreeSet<usize>),
+    /// A key of each of these batches is bound already.
+    Taken(BTreeSet<usize>),
+}
+
+impl Turned {
+    /// The batches turned back.
+    pub fn batches(&self) -> &BTreeSet<usize> {
+        match self {
+            Turned::Fired(batches) | Turned::Taken(batches) => batches,
+        }
+    }
+
+    /// What each batch turned back is answered.
+    pub fn error(&self) -> AcceptError {
+        match self {
+            Turned::Fired(_) => AcceptError::Insufficient,
+            Turned::Taken(_) => AcceptError::KeyTaken,
+        }
+    }
 }
 
 impl From<DbErr> for SharedError {
@@ -222,7 +142,7 @@ pub async fn accept_batch<C: ConnectionTrait>(
 ) -> Result<Balances, AcceptError> {
     match accept_batches(txn, &[batch], now).await {
         Ok(mut balances) => Ok(balances.pop().unwrap_or((None, None))),
-        Err(SharedError::Fired(_)) => Err(AcceptError::Insufficient),
+        Err(SharedError::Turned(turned)) => Err(turned.error()),
         Err(SharedError::Db(err)) => Err(AcceptError::Db(err)),
     }
 }
@@ -231,9 +151,15 @@ pub async fn accept_batch<C: ConnectionTrait>(
 /// in the caller's transaction with the same statements whatever their
 /// number: one conditional debit over every float they spend from (each
 /// float debited by its batch's total for that mode), then one insert each of
-/// orders, units, key bindings and (live) purchase rows. Orders are in
+/// key bindings, orders, units and (live) purchase rows. Orders are in
 /// acceptance order; each purchase row gets its own `seq` and
 /// `balance_after`. Returns each batch's balances after, in order.
+///
+/// A key bound already (an account's memory holds only its recent keys, so
+/// it decides its other keys as new without reading them first) is not an
+/// error of the statement: the bindings' insert skips it and answers the
+/// keys it bound, and the batches whose key it skipped are turned back
+/// ([`Turned::Taken`]) before anything else is written.
 pub async fn accept_batches<C: ConnectionTrait>(
     txn: &C,
     batches: &[&PartnerBatch],
@@ -252,21 +178,32 @@ pub async fn accept_batches<C: ConnectionTrait>(
             ));
         }
     }
-    let after = writes_after_debit(backend, batches, &debits, moved_floats(floats)?, now)?;
-    for insert in after.inserts {
+    let AfterDebit {
+        balances,
+        keys,
+        inserts,
+    } = writes_after_debit(backend, batches, &debits, moved_floats(floats)?, now)?;
+    if let Some(bind) = keys.insert.clone() {
+        let mut bound = Vec::with_capacity(keys.owners.len());
+        for row in txn.query_all_raw(bind).await? {
+            bound.push((row.try_get("", "partner_id")?, row.try_get("", "key")?));
+        }
+        keys.all_bound(bound)?;
+    }
+    for insert in inserts {
         txn.execute_raw(insert).await?;
     }
-    Ok(after.balances)
+    Ok(balances)
 }
 
 /// [`accept_batches`] on the inline writer's connection (SQLite), in the
 /// transaction it holds: the same statements, none handed to another thread.
-/// A fired debit guard is `Refused` with the batches it fired for.
+/// A guard that turns batches back is `Refused` with them.
 pub(crate) fn accept_batches_inline(
     connection: &rusqlite::Connection,
     batches: &[&PartnerBatch],
     now: DateTime<Utc>,
-) -> Result<Vec<Balances>, InlineFailed<BTreeSet<usize>>> {
+) -> Result<Vec<Balances>, InlineFailed<Turned>> {
     let backend = DbBackend::Sqlite;
     let debits = debits_of(batches);
     let floats = match debit_statement(backend, &debits, now) {
@@ -278,9 +215,17 @@ pub(crate) fn accept_batches_inline(
     let moved = moved_floats(floats).map_err(InlineFailed::Unavailable)?;
     let after = match writes_after_debit(backend, batches, &debits, moved, now) {
         Ok(after) => after,
-        Err(SharedError::Fired(fired)) => return Err(InlineFailed::Refused(fired)),
+        Err(SharedError::Turned(turned)) => return Err(InlineFailed::Refused(turned)),
         Err(SharedError::Db(err)) => return Err(InlineFailed::Unavailable(err)),
     };
+    if let Some(bind) = &after.keys.insert {
+        let bound = inline_write::query(connection, bind, |row| Ok((row.get(0)?, row.get(1)?)))?;
+        match after.keys.all_bound(bound) {
+            Ok(()) => {}
+            Err(SharedError::Turned(turned)) => return Err(InlineFailed::Refused(turned)),
+            Err(SharedError::Db(err)) => return Err(InlineFailed::Unavailable(err)),
+        }
+    }
     for insert in &after.inserts {
         inline_write::execute(connection, insert)?;
     }
@@ -291,7 +236,9 @@ pub(crate) fn accept_batches_inline(
 struct AfterDebit {
     /// Each batch's balances after, in order.
     balances: Vec<Balances>,
-    /// The inserts of orders, units, key bindings and purchase rows.
+    /// The key bindings, written first.
+    keys: KeyBindings,
+    /// The inserts of orders, units and purchase rows.
     inserts: Vec<Statement>,
 }
 
@@ -310,7 +257,7 @@ fn writes_after_debit(
         .map(|d| d.batch)
         .collect();
     if !fired.is_empty() {
-        return Err(SharedError::Fired(fired));
+        return Err(SharedError::Turned(Turned::Fired(fired)));
     }
     let mut balances = Vec::with_capacity(batches.len());
     let mut ledger_rows = Vec::new();
@@ -330,15 +277,14 @@ fn writes_after_debit(
         .iter()
         .flat_map(|o| pending_units(o, now))
         .collect();
-    let key_rows = key_rows_in_lock_order(batches, now);
     let inserts = [
         bulk::insert_statement::<order::Entity>(backend, &order_rows)?,
         bulk::insert_statement::<order_unit::Entity>(backend, &unit_rows)?,
-        bulk::insert_statement::<idempotency_key::Entity>(backend, &key_rows)?,
         bulk::insert_statement::<ledger_entry::Entity>(backend, &ledger_rows)?,
     ];
     Ok(AfterDebit {
         balances,
+        keys: key_bindings(backend, batches, now)?,
         inserts: inserts.into_iter().flatten().collect(),
     })
 }
@@ -441,47 +387,6 @@ pub async fn lock_floats<C: ConnectionTrait>(txn: &C, partner_ids: &[&str]) -> R
     Ok(())
 }
 
-/// Every batch's key bindings sorted by (partner, key), the order their
-/// unique index locks them in. Two nodes' transactions that bind some of the
-/// same Idempotency-Keys (a key sent to both at once) then take them in the
-/// same order, so one waits for the other; in any other order each could
-/// hold a key the other waits for, and PostgreSQL's deadlock detector would
-/// fail one of them with a 500. (The floats are debited in key order for the
-/// same reason.)
-fn key_rows_in_lock_order(
-    batches: &[&PartnerBatch],
-    now: DateTime<Utc>,
-) -> Vec<idempotency_key::Model> {
-    let mut rows: Vec<idempotency_key::Model> =
-        batches.iter().flat_map(|b| key_rows(b, now)).collect();
-    rows.sort_by(|a, b| (&a.partner_id, &a.key).cmp(&(&b.partner_id, &b.key)));
-    rows
-}
-
-fn key_rows(batch: &PartnerBatch, now: DateTime<Utc>) -> Vec<idempotency_key::Model> {
-    let orders = batch.orders.iter().map(|o| idempotency_key::Model {
-        partner_id: o.order.partner_id.clone(),
-        key: o.order.idempotency_key.clone(),
-        mode: o.order.mode,
-        fingerprint: o.fingerprint.clone(),
-        order_id: Some(o.order.id.clone()),
-        error_status: None,
-        error_body: None,
-        created_at: now,
-    });
-    let refusals = batch.refusals.iter().map(|r| idempotency_key::Model {
-        partner_id: batch.partner_id.clone(),
-        key: r.key.clone(),
-        mode: r.mode,
-        fingerprint: r.fingerprint.clone(),
-        order_id: None,
-        error_status: None,
-        error_body: Some(r.refusal.to_stored()),
-        created_at: now,
-    });
-    orders.chain(refusals).collect()
-}
-
 /// The statement that debits every float of `debits` at once, guarded, and
 /// returns the floats it moved: (partner, mode, balance after, next seq
 /// after). A float missing from its answer would have gone below zero and
@@ -531,48 +436,4 @@ fn moved_floats(rows: Vec<(String, String, i64, i64)>) -> Result<Moved, DbErr> {
             Ok(((partner_id, mode), (balance, next_seq)))
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn refusals(partner_id: &str, keys: &[&str]) -> PartnerBatch {
-        PartnerBatch {
-            partner_id: partner_id.into(),
-            orders: Vec::new(),
-            refusals: keys
-                .iter()
-                .map(|key| RefusalRow {
-                    key: (*key).into(),
-                    mode: Mode::Live,
-                    fingerprint: "f".into(),
-                    refusal: Refusal::PlanNotFound,
-                })
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn key_bindings_are_written_in_the_order_their_index_locks_them() {
-        let (b, a) = (
-            refusals("pt_b", &["k2", "k1"]),
-            refusals("pt_a", &["z", "k3"]),
-        );
-        let rows = key_rows_in_lock_order(&[&b, &a], Utc::now());
-        let order: Vec<(&str, &str)> = rows
-            .iter()
-            .map(|r| (r.partner_id.as_str(), r.key.as_str()))
-            .collect();
-        assert_eq!(
-            order,
-            [
-                ("pt_a", "k3"),
-                ("pt_a", "z"),
-                ("pt_b", "k1"),
-                ("pt_b", "k2")
-            ],
-            "whatever the batches' order and each batch's own"
-        );
-    }
 }

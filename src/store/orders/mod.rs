@@ -24,6 +24,7 @@ use crate::domain::{
 };
 
 mod accept;
+mod bindings;
 mod claims;
 mod money;
 mod read_inline;
@@ -31,6 +32,7 @@ mod settle;
 mod settle_inline;
 
 pub use accept::*;
+pub use bindings::*;
 pub use claims::*;
 use money::move_float;
 pub use money::*;
