@@ -31,10 +31,13 @@
 //!    idempotency, balance, and admission within the supplier's capacity
 //!    ([`domain::admission`], the node's view in [`actors::admission`]).
 //!    The decided batch is committed in one transaction with a constant
-//!    number of statements (`store/orders/accept.rs`, `store/bulk.rs`; on SQLite
+//!    number of statements (`store/orders/accept.rs`, `store/bulk.rs`;
 //!    through the shared commit writer, `actors/writer.rs`) before any
 //!    request is answered; [`http::error`] turns refusals into the spec's
-//!    errors.
+//!    errors. Keys the actor does not remember are decided as new; the
+//!    commit's insert of key bindings turns back a batch whose key is bound
+//!    already, and the actor reads its keys and decides it again
+//!    (`store/orders/bindings.rs`).
 //! 4. `actors/provisioning.rs` claims the accepted order (a lease renewed by
 //!    its holder; `store/nodes.rs` says which nodes are alive), and
 //!    `actors/supplier_orders/` gathers units of many orders into one
