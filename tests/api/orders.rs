@@ -602,15 +602,7 @@ async fn a_retry_after_the_account_forgot_its_key_replays_the_order_and_charges_
     let body = order_body(1);
     let first = place(&app, &secret, &key, &body).await;
     assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
-    let passivated = || async {
-        eventually(
-            "the idle actor to be passivated",
-            Duration::from_secs(10),
-            || async { (!account_actor_listed(&app, &partner_id).await).then_some(()) },
-        )
-        .await
-    };
-    passivated().await;
+    passivated(&app, &partner_id).await;
 
     let other_key = new_key();
     let (again, other) = tokio::join!(
@@ -638,7 +630,7 @@ async fn a_retry_after_the_account_forgot_its_key_replays_the_order_and_charges_
     )
     .await;
     assert_eq!(code, StatusCode::OK);
-    passivated().await;
+    passivated(&app, &partner_id).await;
     let late = place(&app, &secret, &key, &body).await;
     assert_eq!(late.status, StatusCode::OK, "{}", late.body);
     assert!(late.replayed);
@@ -2293,6 +2285,17 @@ async fn account_actor_listed(app: &TestApp, partner_id: &str) -> bool {
         .any(|row| row["partner_id"] == partner_id)
 }
 
+/// Waits until the partner's idle account actor was passivated (stopped,
+/// its memory gone).
+async fn passivated(app: &TestApp, partner_id: &str) {
+    eventually(
+        "the idle actor to be passivated",
+        Duration::from_secs(10),
+        || async { (!account_actor_listed(app, partner_id).await).then_some(()) },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn an_idle_account_actor_is_passivated_and_the_next_order_starts_it_again() {
     let app = order_app_with(&[("accounts.idle_seconds", "1")]).await;
@@ -2301,12 +2304,7 @@ async fn an_idle_account_actor_is_passivated_and_the_next_order_starts_it_again(
     accepted(&app, &secret, &order_body(1)).await;
     assert!(account_actor_listed(&app, &partner_id).await);
 
-    eventually(
-        "the idle actor to be passivated",
-        Duration::from_secs(10),
-        || async { (!account_actor_listed(&app, &partner_id).await).then_some(()) },
-    )
-    .await;
+    passivated(&app, &partner_id).await;
 
     let order = accepted(&app, &secret, &order_body(1)).await;
     assert_eq!(order["status"], "processing");
@@ -2429,12 +2427,7 @@ async fn on_postgres_a_batch_s_idempotency_keys_are_probed_by_index_never_scanne
     }
     // New keys are taken for new without a read; a key the account forgot
     // (its actor passivated) is read when its retry finds it bound.
-    eventually(
-        "the idle actor to be passivated",
-        Duration::from_secs(10),
-        || async { (!account_actor_listed(&app, &partner).await).then_some(()) },
-    )
-    .await;
+    passivated(&app, &partner).await;
     for (key, first) in keys.iter().zip(&placed).take(10) {
         let again = place(&app, &secret, key, &body).await;
         assert!(again.replayed, "{}", again.body);
