@@ -180,10 +180,10 @@ pub async fn accept_batches<C: ConnectionTrait>(
     }
     let AfterDebit {
         balances,
-        keys,
+        mut keys,
         inserts,
     } = writes_after_debit(backend, batches, &debits, moved_floats(floats)?, now)?;
-    if let Some(bind) = keys.insert.clone() {
+    if let Some(bind) = keys.insert.take() {
         let mut bound = Vec::with_capacity(keys.owners.len());
         for row in txn.query_all_raw(bind).await? {
             bound.push((row.try_get("", "partner_id")?, row.try_get("", "key")?));
