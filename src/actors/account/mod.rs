@@ -596,6 +596,26 @@ mod tests {
         );
     }
 
+    /// Key `a1` accepted by an actor that then stops, and a fresh actor for
+    /// the same partner, which holds no key in memory (as after a restart
+    /// or passivation): the accepted order and the fresh actor.
+    async fn accepted_then_forgotten(
+        db: &Db,
+        partner_id: &str,
+        writer: impl Fn() -> Option<crate::actors::writer::CommitWriter>,
+    ) -> (order::Model, ActorRef<AccountMsg>) {
+        let first = spawn_actor(db, partner_id, writer()).await;
+        let before = send_batch(&first, vec![request(partner_id, "a1", 1000)]).await;
+        let Ok(Decision::Accepted(original)) = &before[0] else {
+            panic!("{before:?}")
+        };
+        first.stop(None);
+        (
+            original.clone(),
+            spawn_actor(db, partner_id, writer()).await,
+        )
+    }
+
     /// A key the account no longer holds in memory (here: a fresh actor, as
     /// after a restart or passivation) is decided as new without being read,
     /// found bound by the commit, then read and replayed: charged once, its
@@ -605,13 +625,7 @@ mod tests {
         for shared in [false, true] {
             let (_dir, db, partner_id) = database().await;
             let writer = || shared.then(|| crate::actors::writer::CommitWriter::start(db.clone()));
-            let first = spawn_actor(&db, &partner_id, writer()).await;
-            let before = send_batch(&first, vec![request(&partner_id, "a1", 1000)]).await;
-            let Ok(Decision::Accepted(original)) = &before[0] else {
-                panic!("{before:?}")
-            };
-            first.stop(None);
-            let fresh = spawn_actor(&db, &partner_id, writer()).await;
+            let (original, fresh) = accepted_then_forgotten(&db, &partner_id, writer).await;
 
             let after = send_batch(
                 &fresh,
@@ -640,13 +654,7 @@ mod tests {
     #[tokio::test]
     async fn a_fresh_actor_replays_a_bound_key_over_a_refusal_that_binds_nothing() {
         let (_dir, db, partner_id) = database().await;
-        let first = spawn_actor(&db, &partner_id, None).await;
-        let before = send_batch(&first, vec![request(&partner_id, "a1", 1000)]).await;
-        let Ok(Decision::Accepted(original)) = &before[0] else {
-            panic!("{before:?}")
-        };
-        first.stop(None);
-        let fresh = spawn_actor(&db, &partner_id, None).await;
+        let (original, fresh) = accepted_then_forgotten(&db, &partner_id, || None).await;
         let mut retry = request(&partner_id, "a1", 1000);
         retry.ask = Err(Refusal::PlanInactive);
 

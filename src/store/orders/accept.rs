@@ -127,6 +127,17 @@ impl Turned {
     }
 }
 
+/// On the inline writer a guard's turning back is the work refusing; the
+/// database's refusal sends the commit to the pool.
+impl From<SharedError> for InlineFailed<Turned> {
+    fn from(err: SharedError) -> Self {
+        match err {
+            SharedError::Turned(turned) => InlineFailed::Refused(turned),
+            SharedError::Db(err) => InlineFailed::Unavailable(err),
+        }
+    }
+}
+
 impl From<DbErr> for SharedError {
     fn from(err: DbErr) -> Self {
         SharedError::Db(err)
@@ -184,9 +195,9 @@ pub async fn accept_batches<C: ConnectionTrait>(
         inserts,
     } = writes_after_debit(backend, batches, &debits, moved_floats(floats)?, now)?;
     if let Some(bind) = keys.insert.take() {
-        let mut bound = Vec::with_capacity(keys.owners.len());
+        let mut bound = Vec::new();
         for row in txn.query_all_raw(bind).await? {
-            bound.push((row.try_get("", "partner_id")?, row.try_get("", "key")?));
+            bound.push(row.try_get("", "partner_id")?);
         }
         keys.all_bound(bound)?;
     }
@@ -213,18 +224,10 @@ pub(crate) fn accept_batches_inline(
         None => Vec::new(),
     };
     let moved = moved_floats(floats).map_err(InlineFailed::Unavailable)?;
-    let after = match writes_after_debit(backend, batches, &debits, moved, now) {
-        Ok(after) => after,
-        Err(SharedError::Turned(turned)) => return Err(InlineFailed::Refused(turned)),
-        Err(SharedError::Db(err)) => return Err(InlineFailed::Unavailable(err)),
-    };
+    let after = writes_after_debit(backend, batches, &debits, moved, now)?;
     if let Some(bind) = &after.keys.insert {
-        let bound = inline_write::query(connection, bind, |row| Ok((row.get(0)?, row.get(1)?)))?;
-        match after.keys.all_bound(bound) {
-            Ok(()) => {}
-            Err(SharedError::Turned(turned)) => return Err(InlineFailed::Refused(turned)),
-            Err(SharedError::Db(err)) => return Err(InlineFailed::Unavailable(err)),
-        }
+        let bound = inline_write::query(connection, bind, |row| row.get(0))?;
+        after.keys.all_bound(bound)?;
     }
     for insert in &after.inserts {
         inline_write::execute(connection, insert)?;

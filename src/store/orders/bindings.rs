@@ -121,28 +121,37 @@ pub async fn find_key<C: ConnectionTrait>(
 }
 
 /// A shared commit's key bindings: the insert that skips keys bound
-/// already, and which batch binds each key.
+/// already, and how many keys each partner's batch binds (a shared commit
+/// holds each partner at most once, and a batch binds one key per order and
+/// per binding refusal: [`PartnerBatch::written`]).
 pub(super) struct KeyBindings {
-    /// The insert (`None` when nothing binds a key), answering the (partner,
-    /// key) pairs it bound.
+    /// The insert (`None` when nothing binds a key), answering the partner
+    /// of each key it bound.
     pub(super) insert: Option<Statement>,
-    /// (partner, key) -> index of the batch that binds it.
-    pub(super) owners: HashMap<(String, String), usize>,
+    /// Partner -> (index of its batch, keys the batch binds).
+    expected: HashMap<String, (usize, usize)>,
 }
 
 impl KeyBindings {
-    /// `Ok` when the insert bound every key; otherwise the batches whose
-    /// key it skipped, turned back.
-    pub(super) fn all_bound(&self, bound: Vec<(String, String)>) -> Result<(), SharedError> {
-        if bound.len() == self.owners.len() {
+    /// `Ok` when the insert bound every key (`bound`: the partner of each
+    /// key it bound); otherwise the batches with a key it skipped, turned
+    /// back.
+    pub(super) fn all_bound(&self, bound: Vec<String>) -> Result<(), SharedError> {
+        let expected: usize = self.expected.values().map(|&(_, keys)| keys).sum();
+        if bound.len() == expected {
             return Ok(());
         }
-        let bound: HashSet<(String, String)> = bound.into_iter().collect();
+        let mut counted: HashMap<&str, usize> = HashMap::new();
+        for partner in &bound {
+            *counted.entry(partner.as_str()).or_default() += 1;
+        }
         let taken: BTreeSet<usize> = self
-            .owners
+            .expected
             .iter()
-            .filter(|(pair, _)| !bound.contains(*pair))
-            .map(|(_, &batch)| batch)
+            .filter(|(partner, (_, keys))| {
+                counted.get(partner.as_str()).copied().unwrap_or(0) < *keys
+            })
+            .map(|(_, &(batch, _))| batch)
             .collect();
         if taken.is_empty() {
             return Err(SharedError::Db(DbErr::Custom(
@@ -159,12 +168,10 @@ pub(super) fn key_bindings(
     batches: &[&PartnerBatch],
     now: DateTime<Utc>,
 ) -> Result<KeyBindings, DbErr> {
-    let owners = batches
+    let expected = batches
         .iter()
         .enumerate()
-        .flat_map(|(index, batch)| {
-            batch_keys(batch).map(move |key| ((batch.partner_id.clone(), key.to_owned()), index))
-        })
+        .map(|(index, batch)| (batch.partner_id.clone(), (index, batch.written())))
         .collect();
     let rows = key_rows_in_lock_order(batches, now);
     let insert = bulk::insert_new_statement::<idempotency_key::Entity>(
@@ -175,16 +182,7 @@ pub(super) fn key_bindings(
             idempotency_key::Column::Key,
         ],
     )?;
-    Ok(KeyBindings { insert, owners })
-}
-
-/// The keys a batch binds: its orders', then its binding refusals'.
-fn batch_keys(batch: &PartnerBatch) -> impl Iterator<Item = &str> {
-    let orders = batch
-        .orders
-        .iter()
-        .map(|o| o.order.idempotency_key.as_str());
-    orders.chain(batch.refusals.iter().map(|r| r.key.as_str()))
+    Ok(KeyBindings { insert, expected })
 }
 
 /// Every batch's key bindings sorted by (partner, key), the order their
@@ -279,16 +277,11 @@ mod tests {
             refusals("pt_c", &["k9"]),
         );
         let keys = key_bindings(DbBackend::Sqlite, &[&a, &b, &c], Utc::now()).unwrap();
-        let pair = |p: &str, k: &str| (p.to_owned(), k.to_owned());
-        let everything = vec![
-            pair("pt_a", "k1"),
-            pair("pt_a", "k2"),
-            pair("pt_b", "k1"),
-            pair("pt_c", "k9"),
-        ];
+        let partners = |ps: &[&str]| ps.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>();
+        let everything = partners(&["pt_a", "pt_a", "pt_b", "pt_c"]);
 
         assert!(keys.all_bound(everything).is_ok());
-        let skipped = keys.all_bound(vec![pair("pt_a", "k1"), pair("pt_b", "k1")]);
+        let skipped = keys.all_bound(partners(&["pt_a", "pt_b"]));
         assert!(
             matches!(&skipped, Err(SharedError::Turned(Turned::Taken(t))) if *t == BTreeSet::from([0, 2])),
             "{skipped:?}"
