@@ -93,6 +93,13 @@ funded_key() { # prints a live key's secret of a new gold partner with a large f
   operator POST "/partners/$id/keys" '{"mode":"live","label":"wrk"}' | jq -r .secret
 }
 cpu_ticks() { awk '{print $14+$15}' "/proc/$server/stat"; }
+# PostgreSQL's own CPU (every postgres process alive now: the server's
+# connections, the writers, the checkpointer), in clock ticks.
+pg_ticks() {
+  local total=0 pid
+  for pid in $(pgrep -x postgres); do total=$((total + $(awk '{print $14+$15}' "/proc/$pid/stat" 2>/dev/null || echo 0))); done
+  echo "$total"
+}
 accepted_total() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_orders_accepted_total/ {s+=$2} END {print s+0}'; }
 # Orders per shared commit over the server's life (one fsync each on SQLite).
 orders_per_commit() {
@@ -118,14 +125,16 @@ orders_side_by_side() {
       url="${database/DB/$tag}"; kind="${url%%:*}"
       if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi
       start_default_server "$url"
-      local keys before after orders cpu settle result
+      local keys before after pg_before pg_after pg_cpu orders cpu settle result
       keys=$(keys_file "$partners")
-      before=$(cpu_ticks)
+      before=$(cpu_ticks); pg_before=$(pg_ticks)
       result=$(KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
       settle=$(wait_settled)
-      after=$(cpu_ticks); orders=$(accepted_total)
+      after=$(cpu_ticks); pg_after=$(pg_ticks); orders=$(accepted_total)
       cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
-      echo "{\"database\":\"$kind\",\"partners\":$partners,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"orders_per_commit\":$(orders_per_commit)}"
+      pg_cpu=null
+      if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
+      echo "{\"database\":\"$kind\",\"partners\":$partners,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit)}"
       if [ "$partners" = 1 ]; then
         echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)}"
       fi

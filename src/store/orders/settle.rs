@@ -2,7 +2,7 @@
 //! the final status of an order once no unit is pending.
 
 use super::*;
-use sea_orm::{DbBackend, Select, UpdateMany};
+use sea_orm::{DbBackend, Select, Statement, UpdateMany};
 
 /// Counts a failed attempt on a unit.
 pub async fn unit_failed_attempt<C: ConnectionTrait>(
@@ -247,8 +247,10 @@ pub async fn finalize_many<C: ConnectionTrait>(
         return Ok(Vec::new());
     }
     let backend = db.get_database_backend();
-    let counts: Vec<(String, UnitStatus, i64)> =
-        unit_tally(backend, order_ids).into_tuple().all(db).await?;
+    let counts = match backend {
+        DbBackend::Postgres => unit_tally_by_probes(db, order_ids).await?,
+        _ => unit_tally(backend, order_ids).into_tuple().all(db).await?,
+    };
     let mut settled = Vec::new();
     for (status, ids) in final_statuses(&counts) {
         let rows = settle_orders_update(backend, status, ids, now)
@@ -283,6 +285,41 @@ pub(super) fn unit_tally(backend: DbBackend, order_ids: &[String]) -> Select<ord
         ))
         .group_by(order_unit::Column::OrderId)
         .group_by(order_unit::Column::Status)
+}
+
+/// [`unit_tally`] on PostgreSQL: one probe of the units' order index per
+/// order, whatever the statistics say. Matched as one list (`= ANY`), the
+/// tally is planned against a list of guessed size; while the table's
+/// statistics still call it small (a new database, or between two of
+/// autovacuum's analyses) PostgreSQL reads the whole table for it, and the
+/// prepared statement keeps that plan as the table grows: every settled
+/// batch read every unit, comparing each with every order of the batch. A
+/// lateral subquery per order is rescanned once per order, which the
+/// planner prices as a probe each. (SQLite always probes the index.)
+async fn unit_tally_by_probes<C: ConnectionTrait>(
+    db: &C,
+    order_ids: &[String],
+) -> Result<Vec<(String, UnitStatus, i64)>, DbErr> {
+    let ids = serde_json::Value::from(order_ids.to_vec()).to_string();
+    let tally = Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT o.order_id, u.status, u.units \
+         FROM (SELECT DISTINCT jsonb_array_elements_text($1::jsonb) AS order_id) AS o \
+         CROSS JOIN LATERAL (SELECT \"status\", COUNT(\"id\") AS units FROM \"order_units\" \
+         WHERE \"order_id\" = o.order_id GROUP BY \"status\") AS u",
+        [ids.into()],
+    );
+    db.query_all_raw(tally)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get_by_index(0)?,
+                row.try_get_by_index(1)?,
+                row.try_get_by_index(2)?,
+            ))
+        })
+        .collect()
 }
 
 /// The orders of a [`unit_tally`] that no pending unit holds back, by the
