@@ -112,7 +112,12 @@ pub(crate) fn column_in_for<'a>(
         // latter as a join against a set it guesses at 100 rows, and while
         // a table's statistics still say it is small (a new database, or
         // between two analyses) that join reads the whole table, every
-        // time; the former is an index condition whatever the statistics.
+        // time. The former is an index condition as soon as the table is
+        // more than a few pages; below that PostgreSQL may read the table
+        // for it too, and a prepared statement keeps that plan until the
+        // table's next analysis. A guard checked first makes such a read
+        // cheap; a statement that compares every row with the list cannot
+        // afford it (`orders::settle`'s count of units probes instead).
         DbBackend::Postgres => {
             format!("\"{name}\" = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))")
         }

@@ -2407,6 +2407,7 @@ async fn a_transaction_that_locked_the_floats_holds_other_debits_until_it_ends()
 /// same lookup. SQLite plans the same lookup by index of its own accord.
 #[tokio::test]
 async fn on_postgres_a_batch_s_idempotency_keys_are_probed_by_index_never_scanned() {
+    use sea_orm::{ConnectionTrait, Statement};
     let app = order_app_with(&[("accounts.idle_seconds", "1")]).await;
     if !app.database_url.starts_with("postgres") {
         return;
@@ -2433,11 +2434,26 @@ async fn on_postgres_a_batch_s_idempotency_keys_are_probed_by_index_never_scanne
         assert_eq!(again.order_id(), first.order_id());
     }
 
+    // (scans, rows they read, index probes) of the table so far.
+    let scans = || async {
+        let row = app
+            .db
+            .query_one_raw(Statement::from_string(
+                app.db.get_database_backend(),
+                "SELECT seq_scan, seq_tup_read, COALESCE(idx_scan, 0) AS idx_scan \
+                 FROM pg_stat_user_tables WHERE relname = 'idempotency_keys'",
+            ))
+            .await
+            .unwrap()
+            .expect("the table has statistics");
+        let count = |column: &str| row.try_get::<i64>("", column).unwrap();
+        (count("seq_scan"), count("seq_tup_read"), count("idx_scan"))
+    };
     // A backend reports its counts when idle, within about a second; a
     // scan counts once per batch, a probe once per key: ten retries read
     // one by one make at least four of either.
     let (read, probed) = eventually("the lookups to be counted", SETTLE, || async {
-        let (scanned, read, probed) = scan_counts(&app, "idempotency_keys").await;
+        let (scanned, read, probed) = scans().await;
         (scanned + probed >= 4).then_some((read, probed))
     })
     .await;
@@ -2455,7 +2471,6 @@ async fn on_postgres_a_batch_s_idempotency_keys_are_probed_by_index_never_scanne
 /// as the table grows, so every settled batch read every unit.
 #[tokio::test]
 async fn on_postgres_settling_orders_counts_their_units_by_probing_their_index() {
-    use sea_orm::{ConnectionTrait, Statement};
     let app = order_app().await;
     if !app.database_url.starts_with("postgres") {
         return;
@@ -2472,43 +2487,30 @@ async fn on_postgres_settling_orders_counts_their_units_by_probing_their_index()
             assert_eq!(settled(&app, &secret, id).await["status"], "completed");
         }
     }
-    // Nothing else looks units up by their order on this path; a backend
-    // reports its counts when idle, within seconds.
-    let probes = || async {
-        let row = app
-            .db
-            .query_one_raw(Statement::from_string(
-                app.db.get_database_backend(),
-                "SELECT COALESCE(idx_scan, 0) AS probes FROM pg_stat_user_indexes \
-                 WHERE indexrelname = 'idx_units_order'",
-            ))
-            .await
-            .unwrap()
-            .expect("the index has statistics");
-        row.try_get::<i64>("", "probes").unwrap()
-    };
+    // Each order's count is one probe of the index (a count matched as one
+    // list reads the table instead and never probes it); a backend reports
+    // its counts when idle, within seconds.
     eventually(
         "a probe of the units' order index per order",
         SETTLE,
-        || async { (probes().await >= 40).then_some(()) },
+        || async { (index_probes(&app, "idx_units_order").await >= 40).then_some(()) },
     )
     .await;
 }
 
-/// (scans, rows they read, index probes) of `table` so far, on PostgreSQL.
-async fn scan_counts(app: &TestApp, table: &str) -> (i64, i64, i64) {
+/// How many times `index` was probed so far, on PostgreSQL.
+async fn index_probes(app: &TestApp, index: &str) -> i64 {
     use sea_orm::{ConnectionTrait, Statement};
     let row = app
         .db
         .query_one_raw(Statement::from_sql_and_values(
             app.db.get_database_backend(),
-            "SELECT seq_scan, seq_tup_read, COALESCE(idx_scan, 0) AS idx_scan \
-             FROM pg_stat_user_tables WHERE relname = $1",
-            [table.into()],
+            "SELECT COALESCE(idx_scan, 0) AS probes FROM pg_stat_user_indexes \
+             WHERE indexrelname = $1",
+            [index.into()],
         ))
         .await
         .unwrap()
-        .expect("the table has statistics");
-    let count = |column: &str| row.try_get::<i64>("", column).unwrap();
-    (count("seq_scan"), count("seq_tup_read"), count("idx_scan"))
+        .expect("the index has statistics");
+    row.try_get::<i64>("", "probes").unwrap()
 }

@@ -290,8 +290,8 @@ pub(super) fn unit_tally(backend: DbBackend, order_ids: &[String]) -> Select<ord
 /// [`unit_tally`] on PostgreSQL: one probe of the units' order index per
 /// order, whatever the statistics say. Matched as one list (`= ANY`), the
 /// tally is planned against a list of guessed size; while the table's
-/// statistics still call it small (a new database, or between two of
-/// autovacuum's analyses) PostgreSQL reads the whole table for it, and the
+/// statistics still call it small (a young database, before autovacuum's
+/// first analyses) PostgreSQL reads the whole table for it, and the
 /// prepared statement keeps that plan as the table grows: every settled
 /// batch read every unit, comparing each with every order of the batch. A
 /// lateral subquery per order is rescanned once per order, which the
@@ -300,7 +300,7 @@ async fn unit_tally_by_probes<C: ConnectionTrait>(
     db: &C,
     order_ids: &[String],
 ) -> Result<Vec<(String, UnitStatus, i64)>, DbErr> {
-    let ids = serde_json::Value::from(order_ids.to_vec()).to_string();
+    let ids = serde_json::Value::from(order_ids).to_string();
     let tally = Statement::from_sql_and_values(
         DbBackend::Postgres,
         "SELECT o.order_id, u.status, u.units \
