@@ -2464,8 +2464,8 @@ async fn on_postgres_a_batch_s_idempotency_keys_are_probed_by_index_never_scanne
 }
 
 /// On PostgreSQL the units of the orders a delivery settles are counted by
-/// probing the units' order index once per order, whatever the table's
-/// statistics say: a count planned against a list of guessed size reads the
+/// probing the units' order index once per order, even on a young
+/// database: a count planned against a list of guessed size reads the
 /// whole table while its statistics still call it small (a young database,
 /// before autovacuum's analyses), and its prepared statement keeps that plan
 /// as the table grows, so every settled batch read every unit.

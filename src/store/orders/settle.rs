@@ -288,14 +288,15 @@ pub(super) fn unit_tally(backend: DbBackend, order_ids: &[String]) -> Select<ord
 }
 
 /// [`unit_tally`] on PostgreSQL: one probe of the units' order index per
-/// order, whatever the statistics say. Matched as one list (`= ANY`), the
+/// order, even on a young database. Matched as one list (`= ANY`), the
 /// tally is planned against a list of guessed size; while the table's
 /// statistics still call it small (a young database, before autovacuum's
 /// first analyses) PostgreSQL reads the whole table for it, and the
 /// prepared statement keeps that plan as the table grows: every settled
 /// batch read every unit, comparing each with every order of the batch. A
-/// lateral subquery per order is rescanned once per order, which the
-/// planner prices as a probe each. (SQLite always probes the index.)
+/// lateral subquery is run once per order, and a read of the table repeated
+/// for every order is never the cheaper guess past a page or two, so the
+/// planner probes. (SQLite always probes the index.)
 async fn unit_tally_by_probes<C: ConnectionTrait>(
     db: &C,
     order_ids: &[String],
