@@ -2,7 +2,7 @@
 //! the final status of an order once no unit is pending.
 
 use super::*;
-use sea_orm::{DbBackend, Select, Statement, UpdateMany};
+use sea_orm::{DbBackend, QueryTrait, Statement, UpdateMany};
 
 /// Counts a failed attempt on a unit.
 pub async fn unit_failed_attempt<C: ConnectionTrait>(
@@ -247,10 +247,18 @@ pub async fn finalize_many<C: ConnectionTrait>(
         return Ok(Vec::new());
     }
     let backend = db.get_database_backend();
-    let counts = match backend {
-        DbBackend::Postgres => unit_tally_by_probes(db, order_ids).await?,
-        _ => unit_tally(backend, order_ids).into_tuple().all(db).await?,
-    };
+    let counts = db
+        .query_all_raw(unit_tally(backend, order_ids))
+        .await?
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get_by_index(0)?,
+                row.try_get_by_index(1)?,
+                row.try_get_by_index(2)?,
+            ))
+        })
+        .collect::<Result<Vec<(String, UnitStatus, i64)>, DbErr>>()?;
     let mut settled = Vec::new();
     for (status, ids) in final_statuses(&counts) {
         let rows = settle_orders_update(backend, status, ids, now)
@@ -271,8 +279,30 @@ pub async fn finalize_many<C: ConnectionTrait>(
     Ok(settled)
 }
 
-/// Counts the units of `order_ids` by order and status: (order, status, units).
-pub(super) fn unit_tally(backend: DbBackend, order_ids: &[String]) -> Select<order_unit::Entity> {
+/// Counts the units of `order_ids` by order and status: (order, status,
+/// units), one probe of the units' order index per order.
+///
+/// On PostgreSQL each order's units are counted in a lateral subquery of
+/// their own. Matched as one list (`= ANY`, [`bulk::column_in_for`]), the
+/// count is planned against a list of guessed size; while the table's
+/// statistics still call it small (a young database, before autovacuum's
+/// first analyses) PostgreSQL reads the whole table for it, and the prepared
+/// statement keeps that plan as the table grows: every settled batch read
+/// every unit, comparing each with every order of the batch. A lateral
+/// subquery runs once per order, and a read of the table repeated for every
+/// order is never the cheaper guess past a page or two, so the planner
+/// probes. SQLite always probes the index for the list.
+pub(super) fn unit_tally(backend: DbBackend, order_ids: &[String]) -> Statement {
+    if backend == DbBackend::Postgres {
+        return Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT o.order_id, u.status, u.units \
+             FROM (SELECT DISTINCT jsonb_array_elements_text($1::jsonb) AS order_id) AS o \
+             CROSS JOIN LATERAL (SELECT \"status\", COUNT(\"id\") AS units FROM \"order_units\" \
+             WHERE \"order_id\" = o.order_id GROUP BY \"status\") AS u",
+            [serde_json::Value::from(order_ids).to_string().into()],
+        );
+    }
     order_unit::Entity::find()
         .select_only()
         .column(order_unit::Column::OrderId)
@@ -285,42 +315,7 @@ pub(super) fn unit_tally(backend: DbBackend, order_ids: &[String]) -> Select<ord
         ))
         .group_by(order_unit::Column::OrderId)
         .group_by(order_unit::Column::Status)
-}
-
-/// [`unit_tally`] on PostgreSQL: one probe of the units' order index per
-/// order, even on a young database. Matched as one list (`= ANY`), the
-/// tally is planned against a list of guessed size; while the table's
-/// statistics still call it small (a young database, before autovacuum's
-/// first analyses) PostgreSQL reads the whole table for it, and the
-/// prepared statement keeps that plan as the table grows: every settled
-/// batch read every unit, comparing each with every order of the batch. A
-/// lateral subquery is run once per order, and a read of the table repeated
-/// for every order is never the cheaper guess past a page or two, so the
-/// planner probes. (SQLite always probes the index.)
-async fn unit_tally_by_probes<C: ConnectionTrait>(
-    db: &C,
-    order_ids: &[String],
-) -> Result<Vec<(String, UnitStatus, i64)>, DbErr> {
-    let ids = serde_json::Value::from(order_ids).to_string();
-    let tally = Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        "SELECT o.order_id, u.status, u.units \
-         FROM (SELECT DISTINCT jsonb_array_elements_text($1::jsonb) AS order_id) AS o \
-         CROSS JOIN LATERAL (SELECT \"status\", COUNT(\"id\") AS units FROM \"order_units\" \
-         WHERE \"order_id\" = o.order_id GROUP BY \"status\") AS u",
-        [ids.into()],
-    );
-    db.query_all_raw(tally)
-        .await?
-        .iter()
-        .map(|row| {
-            Ok((
-                row.try_get_by_index(0)?,
-                row.try_get_by_index(1)?,
-                row.try_get_by_index(2)?,
-            ))
-        })
-        .collect()
+        .build(backend)
 }
 
 /// The orders of a [`unit_tally`] that no pending unit holds back, by the
@@ -375,7 +370,6 @@ pub(super) fn settle_orders_update(
 mod tests {
     use super::*;
     use crate::store::tests::assert_planned_through;
-    use sea_orm::QueryTrait as _;
 
     /// The settling update finds its orders by primary key: through the
     /// status index it walked every processing order (the whole backlog)

@@ -55,7 +55,7 @@ fn finalize_many_inline<E>(
     if order_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let tally = unit_tally(DbBackend::Sqlite, order_ids).build(DbBackend::Sqlite);
+    let tally = unit_tally(DbBackend::Sqlite, order_ids);
     let counts: Vec<(String, UnitStatus, i64)> = inline_write::query(connection, &tally, |row| {
         Ok((row.get(0)?, columns::word(row, 1)?, row.get(2)?))
     })?;
