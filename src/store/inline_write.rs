@@ -29,23 +29,25 @@
 //!
 //! The connection is set up as the pool's are (WAL, `synchronous=FULL`,
 //! foreign keys), so what it commits is as durable and as checked as what
-//! the pool commits; only checkpoints are left to the pool's connections:
-//! the commit that leaves the WAL past the mark asks the pool for one.
-//! PostgreSQL and in-memory SQLite databases have no inline writer.
+//! the pool commits; checkpoints are left to the pool's connections: the
+//! commit that leaves the WAL past the mark asks the pool for one, and the
+//! next writer with the turn copies only what came during it, so that the
+//! WAL starts over ([`super::checkpoint`]). PostgreSQL and in-memory SQLite
+//! databases have no inline writer.
 //!
 //! A transaction holds the async worker it runs on for its length, its
 //! statements and the commit's fsync (about 2 ms for a shared commit of 32
 //! orders on the reference machine), as sqlx's thread was held before; the
 //! other workers go on meanwhile. Only these bounded writers run here, never
-//! a scan, and the checkpoint, which can take tens of milliseconds, is left
-//! to the pool.
+//! a scan, and the bulk of a checkpoint, which can take tens of
+//! milliseconds, is left to the pool.
 
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
     sync::{
         Arc, LazyLock, Mutex, Weak,
-        atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -55,7 +57,9 @@ use sea_orm::{DbErr, Statement, Value};
 use tokio::sync::oneshot;
 
 use super::{
-    Db, bulk, sqlite_file,
+    Db, bulk,
+    checkpoint::Checkpoints,
+    sqlite_file,
     writes::{Gate, take_turn, write_gate},
 };
 use crate::sync::lock;
@@ -109,12 +113,8 @@ struct InlineFile {
     queued: Mutex<Vec<(u64, Job)>>,
     /// The next write's number.
     numbers: AtomicU64,
-    /// The pool, whose connections checkpoint the WAL.
-    pool: Db,
-    /// A checkpoint asked of the pool is running.
-    checkpointing: Arc<AtomicBool>,
-    /// WAL pages past which a commit asks for a checkpoint.
-    checkpoint_pages: AtomicI64,
+    /// Copies the WAL back into the file and lets it start over.
+    checkpoints: Checkpoints,
 }
 
 /// A queued write: run on the connection inside the transaction (its
@@ -204,9 +204,7 @@ impl InlineFile {
             connection: Mutex::new(open(path)?),
             queued: Mutex::new(Vec::new()),
             numbers: AtomicU64::new(0),
-            pool: pool.clone(),
-            checkpointing: Arc::default(),
-            checkpoint_pages: AtomicI64::new(i64::from(super::SQLITE_CHECKPOINT_PAGES)),
+            checkpoints: Checkpoints::new(pool, path),
         });
         files.insert(key, Arc::downgrade(&file));
         Ok(file)
@@ -261,35 +259,12 @@ impl InlineFile {
         }
         // Held only with the turn, and never across an await: uncontended.
         let connection = lock(&self.connection);
-        WAL_PAGES.set(0);
+        self.checkpoints.before_transaction(&connection);
+        WAL_PAGES.set(-1);
         if let Some(writes) = run_together(&connection, jobs) {
             commits(writes);
         }
-        if WAL_PAGES.get() >= self.checkpoint_pages.load(Ordering::Relaxed) {
-            self.checkpoint();
-        }
-    }
-
-    /// Asks the pool for a passive checkpoint, unless one is running: it
-    /// copies the WAL back into the file on sqlx's thread, never on the
-    /// async worker that committed, and lets the next writer start the WAL
-    /// over. (This connection does not checkpoint by itself, and the pool's
-    /// own commits, which would, are now rare on the order path.)
-    fn checkpoint(&self) {
-        if self.checkpointing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let (pool, running) = (self.pool.clone(), self.checkpointing.clone());
-        tokio::spawn(async move {
-            use sea_orm::ConnectionTrait;
-            if let Err(err) = pool
-                .execute_unprepared("PRAGMA wal_checkpoint(PASSIVE)")
-                .await
-            {
-                tracing::warn!(error = %err, "WAL checkpoint failed; the next commit past the mark asks again");
-            }
-            running.store(false, Ordering::Release);
-        });
+        self.checkpoints.after_commit(WAL_PAGES.get());
     }
 }
 
@@ -446,7 +421,7 @@ fn open(file: &Path) -> rusqlite::Result<Connection> {
     // A checkpoint run inside the commit that crosses the mark takes tens
     // of milliseconds: not on an async worker. The commit that leaves the
     // WAL past SQLITE_CHECKPOINT_PAGES pages asks the pool for one instead
-    // (InlineFile::checkpoint); the hook reports the WAL's pages.
+    // (super::checkpoint); the hook reports the WAL's pages.
     connection.pragma_update(None, "wal_autocheckpoint", 0)?;
     connection.wal_hook(Some(wal_pages));
     Ok(connection)
@@ -935,7 +910,7 @@ mod tests {
         let (dir, db, partner_id) = funded_partner("inline-checkpoint.db").await;
         let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
         // Only this test's file: the mark at one page.
-        writer.file.checkpoint_pages.store(1, Ordering::Relaxed);
+        writer.file.checkpoints.mark.store(1, Ordering::Relaxed);
         let in_file_alone = || {
             let copy = dir.path().join("main-only.db");
             std::fs::copy(dir.path().join("inline-checkpoint.db"), &copy).unwrap();
@@ -961,6 +936,47 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Under commits that never pause, the WAL still starts over: the pool
+    /// copies it back beside the writers and the writer with the turn copies
+    /// the rest, so the WAL file stays near the mark however long writes
+    /// keep coming (a checkpoint that only runs beside commits never catches
+    /// up with them, and the WAL grows with every commit).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn under_commits_that_never_pause_the_wal_starts_over() {
+        let (dir, db, partner_id) = funded_partner("inline-restart.db").await;
+        let writer = Arc::new(InlineWriter::for_db(&db, "test", Counts::NONE).unwrap());
+        let mark = 64;
+        writer.file.checkpoints.mark.store(mark, Ordering::Relaxed);
+        let committers: Vec<_> = (0..4)
+            .map(|task| {
+                let (writer, partner_id) = (writer.clone(), partner_id.clone());
+                tokio::spawn(async move {
+                    for n in 0..600 {
+                        let batch = batch_of(&partner_id, &format!("r{task}-{n}"), 2);
+                        writer.transaction(accept(&batch)).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for committer in committers {
+            committer.await.unwrap();
+        }
+
+        assert_eq!(orders_of(&db, &partner_id).await, 2_400);
+        // A WAL that starts over is written again from its start: its file
+        // keeps the largest size it reached. One that never does holds
+        // every commit's pages, about 16,000 here.
+        let wal = std::fs::metadata(dir.path().join("inline-restart.db-wal"))
+            .unwrap()
+            .len();
+        let page = 4_096 + 24;
+        assert!(
+            wal < 64 * mark as u64 * page,
+            "the WAL reached {} pages against a mark of {mark}",
+            wal / page
+        );
     }
 
     static COUNTED: std::sync::Mutex<Vec<(&str, &str)>> = std::sync::Mutex::new(Vec::new());

@@ -9,7 +9,8 @@
 //! back into the database file every [`SQLITE_CHECKPOINT_PAGES`] pages rather
 //! than SQLite's 1,000: a checkpoint runs inside the commit that crosses the
 //! mark, and index pages rewritten by many commits are copied once per
-//! checkpoint. Statement journals (a multi-row statement's undo) stay in
+//! checkpoint. Under the order path's steady writes the WAL still starts
+//! over after each ([`checkpoint`]), so it stays near the mark. Statement journals (a multi-row statement's undo) stay in
 //! memory (`temp_store`). The bundled SQLite is built with the query planner
 //! stability guarantee (`SQLITE_ENABLE_QPSG`, set in `.cargo/config.toml`):
 //! without it a statement whose `LIMIT` is a bound value (every `.one()`) is
@@ -35,6 +36,7 @@ pub mod audit;
 pub(crate) mod bulk;
 pub(crate) mod catalogue;
 pub(crate) mod changes;
+mod checkpoint;
 pub(crate) mod deposits;
 pub(crate) mod esims;
 pub mod gathered;
