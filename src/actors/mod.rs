@@ -55,6 +55,7 @@ pub(crate) fn inline_writer(
     let counted = crate::store::inline_write::Counts {
         outcome: crate::metrics::inline_write,
         commit: crate::metrics::inline_commit,
+        wal: crate::metrics::sqlite_wal,
     };
     crate::store::inline_write::InlineWriter::for_db(db, writer, counted)
 }

@@ -97,6 +97,10 @@ pub(crate) const DB_GATHERED_ROUNDS: &str = "esim_db_gathered_rounds_total";
 pub(crate) const DB_INLINE_WRITES: &str = "esim_db_inline_writes_total";
 /// Writes carried per inline SQLite transaction (one commit for them all).
 pub(crate) const DB_INLINE_COMMIT_WRITES: &str = "esim_db_inline_commit_writes";
+/// Pages in the SQLite file's WAL after the order path's last commit.
+pub(crate) const DB_WAL_PAGES: &str = "esim_db_wal_pages";
+/// Times the SQLite file's WAL started over after a checkpoint.
+pub(crate) const DB_WAL_RESTARTS: &str = "esim_db_wal_restarts_total";
 /// Requests refused with 429: `class` (`read`, `write`, `supplier`,
 /// `catalogue`, or `failed_auth` when the source's failed-authentication
 /// budget is spent).
@@ -197,6 +201,7 @@ fn describe() {
     describe_requests();
     describe_outside();
     describe_internals();
+    describe_database();
     describe_rate_limit_redis();
 }
 
@@ -277,7 +282,7 @@ fn describe_outside() {
     );
 }
 
-/// Actors, the pool, refusals at the door and admission.
+/// Actors, refusals at the door and admission.
 fn describe_internals() {
     describe_gauge!(ACTORS_LIVE, "Actors running on this node, by kind.");
     describe_gauge!(
@@ -303,31 +308,6 @@ fn describe_internals() {
     describe_histogram!(
         ORDER_COMMIT_ORDERS,
         "Orders and bound refusals written per committed transaction."
-    );
-    describe_gauge!(
-        DB_POOL_CONNECTIONS,
-        "Connections of the database pool, by state."
-    );
-    describe_gauge!(DB_POOL_MAX, "Most connections the database pool opens.");
-    describe_counter!(
-        DB_GATHERED_READS,
-        "Balance reads through the pool (PostgreSQL), answered by a gathered round."
-    );
-    describe_counter!(
-        DB_GATHERED_ROUNDS,
-        "Queries that answered the gathered balance reads (each read's own query, or several's)."
-    );
-    describe_counter!(
-        DB_INLINE_READS,
-        "Point reads of the SQLite file run on the handler's thread: answered, or fell_back to the pool."
-    );
-    describe_counter!(
-        DB_INLINE_WRITES,
-        "Writes of the SQLite file's order-path writers run inline, by writer (orders, deliveries, supplier_orders): committed, refused (a guard fired; rolled back), or fell_back to the pool."
-    );
-    describe_histogram!(
-        DB_INLINE_COMMIT_WRITES,
-        "Writes carried per inline SQLite transaction: the order-path writers' writes queued together share one commit and one fsync."
     );
     describe_counter!(
         RATE_LIMIT_REJECTIONS,
@@ -356,6 +336,43 @@ fn describe_internals() {
     describe_gauge!(
         ADMISSION_ACTIVE_PARTNERS,
         "Partners with live units in the backlog."
+    );
+}
+
+/// The database: the pool, gathered and inline reads, inline writes, the WAL.
+fn describe_database() {
+    describe_gauge!(
+        DB_POOL_CONNECTIONS,
+        "Connections of the database pool, by state."
+    );
+    describe_gauge!(DB_POOL_MAX, "Most connections the database pool opens.");
+    describe_counter!(
+        DB_GATHERED_READS,
+        "Balance reads through the pool (PostgreSQL), answered by a gathered round."
+    );
+    describe_counter!(
+        DB_GATHERED_ROUNDS,
+        "Queries that answered the gathered balance reads (each read's own query, or several's)."
+    );
+    describe_counter!(
+        DB_INLINE_READS,
+        "Point reads of the SQLite file run on the handler's thread: answered, or fell_back to the pool."
+    );
+    describe_counter!(
+        DB_INLINE_WRITES,
+        "Writes of the SQLite file's order-path writers run inline, by writer (orders, deliveries, supplier_orders): committed, refused (a guard fired; rolled back), or fell_back to the pool."
+    );
+    describe_gauge!(
+        DB_WAL_PAGES,
+        "Pages in the SQLite file's WAL after the order path's last commit; it starts over after each checkpoint."
+    );
+    describe_counter!(
+        DB_WAL_RESTARTS,
+        "Times the SQLite file's WAL started over after a checkpoint copied it back into the file."
+    );
+    describe_histogram!(
+        DB_INLINE_COMMIT_WRITES,
+        "Writes carried per inline SQLite transaction: the order-path writers' writes queued together share one commit and one fsync."
     );
 }
 
@@ -457,6 +474,15 @@ pub(crate) fn inline_write(writer: &'static str, outcome: &'static str) {
 /// One inline transaction committed with `writes` writes (one fsync for all).
 pub(crate) fn inline_commit(writes: usize) {
     histogram!(DB_INLINE_COMMIT_WRITES).record(writes as f64);
+}
+
+/// The SQLite file's WAL after an inline commit: its pages, and whether it
+/// started over since the commit before.
+pub(crate) fn sqlite_wal(pages: i64, started_over: bool) {
+    gauge!(DB_WAL_PAGES).set(pages as f64);
+    if started_over {
+        counter!(DB_WAL_RESTARTS).increment(1);
+    }
 }
 
 /// Seconds from `from` to `to`, never negative (clocks of two nodes may disagree).

@@ -56,6 +56,8 @@ pub(super) struct Checkpoints {
     tail_due: Arc<AtomicBool>,
     /// Where the WAL stood (read and written only with the turn held).
     wal: Mutex<WalMarks>,
+    /// Told the WAL's pages after each commit, and whether it started over.
+    report: fn(i64, bool),
 }
 
 /// Where the WAL stood, to space checkpoints out when it did not start over.
@@ -69,8 +71,9 @@ struct WalMarks {
 }
 
 impl Checkpoints {
-    /// The checkpoints of `path`, copied through `pool`'s connections.
-    pub(super) fn new(pool: &Db, path: &Path) -> Self {
+    /// The checkpoints of `path`, copied through `pool`'s connections;
+    /// `report` is told where the WAL stands after each commit.
+    pub(super) fn new(pool: &Db, path: &Path, report: fn(i64, bool)) -> Self {
         Self {
             pool: pool.clone(),
             path: path.to_owned(),
@@ -78,6 +81,7 @@ impl Checkpoints {
             running: Arc::default(),
             tail_due: Arc::default(),
             wal: Mutex::default(),
+            report,
         }
     }
 
@@ -107,10 +111,12 @@ impl Checkpoints {
         }
         let mark = self.mark.load(Ordering::Relaxed);
         let mut wal = lock(&self.wal);
-        if pages < wal.pages {
+        let started_over = pages < wal.pages;
+        if started_over {
             wal.asked_at = 0;
         }
         wal.pages = pages;
+        (self.report)(pages, started_over);
         let due =
             pages >= mark && pages - wal.asked_at >= mark && !self.running.load(Ordering::Acquire);
         if due {
@@ -131,7 +137,7 @@ impl Checkpoints {
             match copy_beside_writers(&pool, path).await {
                 Ok(()) => tail_due.store(true, Ordering::Release),
                 Err(err) => {
-                    tracing::warn!(error = %err, "WAL checkpoint failed; the next commit past the mark asks again");
+                    tracing::warn!(error = %err, "WAL checkpoint failed; asked again a mark's worth of pages later");
                 }
             }
             running.store(false, Ordering::Release);

@@ -83,6 +83,9 @@ pub struct Counts {
     pub outcome: fn(&'static str, &'static str),
     /// A transaction committed, with the number of writes it carried.
     pub commit: fn(usize),
+    /// The file's WAL after a commit: its pages, and whether it started
+    /// over since the commit before (the first writer of a file sets it).
+    pub wal: fn(i64, bool),
 }
 
 impl Counts {
@@ -90,6 +93,7 @@ impl Counts {
     pub const NONE: Counts = Counts {
         outcome: |_, _| {},
         commit: |_| {},
+        wal: |_, _| {},
     };
 }
 
@@ -152,7 +156,7 @@ impl InlineWriter {
     pub fn for_db(db: &Db, writer: &'static str, counted: Counts) -> Option<Self> {
         let file = sqlite_file(db).filter(|file| file.is_file())?;
         let gate = write_gate(db)?;
-        match InlineFile::shared(&file, gate, db) {
+        match InlineFile::shared(&file, gate, db, counted.wal) {
             Ok(file) => Some(Self {
                 file,
                 writer,
@@ -192,7 +196,12 @@ impl InlineWriter {
 
 impl InlineFile {
     /// The file's inline connection, opened if no writer holds it yet.
-    fn shared(path: &Path, gate: Gate, pool: &Db) -> rusqlite::Result<Arc<Self>> {
+    fn shared(
+        path: &Path,
+        gate: Gate,
+        pool: &Db,
+        wal: fn(i64, bool),
+    ) -> rusqlite::Result<Arc<Self>> {
         let key = file_key(path);
         let mut files = lock(&FILES);
         if let Some(file) = files.get(&key).and_then(Weak::upgrade) {
@@ -204,7 +213,7 @@ impl InlineFile {
             connection: Mutex::new(open(path)?),
             queued: Mutex::new(Vec::new()),
             numbers: AtomicU64::new(0),
-            checkpoints: Checkpoints::new(pool, path),
+            checkpoints: Checkpoints::new(pool, path, wal),
         });
         files.insert(key, Arc::downgrade(&file));
         Ok(file)
@@ -945,8 +954,17 @@ mod tests {
     /// up with them, and the WAL grows with every commit).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn under_commits_that_never_pause_the_wal_starts_over() {
+        static RESTARTS: AtomicU64 = AtomicU64::new(0);
         let (dir, db, partner_id) = funded_partner("inline-restart.db").await;
-        let writer = Arc::new(InlineWriter::for_db(&db, "test", Counts::NONE).unwrap());
+        let counted = Counts {
+            wal: |_, started_over| {
+                if started_over {
+                    RESTARTS.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            ..Counts::NONE
+        };
+        let writer = Arc::new(InlineWriter::for_db(&db, "test", counted).unwrap());
         let mark = 64;
         writer.file.checkpoints.mark.store(mark, Ordering::Relaxed);
         let committers: Vec<_> = (0..4)
@@ -977,6 +995,7 @@ mod tests {
             "the WAL reached {} pages against a mark of {mark}",
             wal / page
         );
+        assert!(RESTARTS.load(Ordering::Relaxed) > 0, "restarts are told");
     }
 
     static COUNTED: std::sync::Mutex<Vec<(&str, &str)>> = std::sync::Mutex::new(Vec::new());
@@ -994,7 +1013,7 @@ mod tests {
             "counted",
             Counts {
                 outcome: remember,
-                commit: |_| {},
+                ..Counts::NONE
             },
         )
         .unwrap();
@@ -1032,8 +1051,8 @@ mod tests {
     async fn writes_queued_together_share_one_commit_and_refuse_alone() {
         let (_dir, db, partner_id) = funded_partner("inline-together.db").await;
         let counts = Counts {
-            outcome: |_, _| {},
             commit: |writes| COMMITTED_TOGETHER.lock().unwrap().push(writes),
+            ..Counts::NONE
         };
         let orders = Arc::new(InlineWriter::for_db(&db, "orders", counts).unwrap());
         let deliveries = Arc::new(InlineWriter::for_db(&db, "deliveries", counts).unwrap());

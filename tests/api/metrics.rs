@@ -471,8 +471,9 @@ async fn balance_reads_are_answered_inline_on_a_sqlite_file_gathered_on_postgres
 
 /// On a SQLite file the order path's write transactions run on their
 /// writers' own threads: accepting the order, writing its supplier order
-/// down and storing its profile are each counted as committed inline.
-/// PostgreSQL has no inline writer and no such series.
+/// down and storing its profile are each counted as committed inline, and
+/// the WAL's pages after the last commit are shown. PostgreSQL has no
+/// inline writer and no such series.
 #[tokio::test]
 async fn an_order_s_writes_to_a_sqlite_file_are_committed_inline() {
     let app = spawn_app_with(SETTINGS).await;
@@ -536,8 +537,10 @@ async fn an_order_s_writes_to_a_sqlite_file_are_committed_inline() {
             "{after}"
         );
         assert!(commits(&after) > commits(&before), "{after}");
+        assert!(sample(&after, "esim_db_wal_pages", &[]) > 0.0, "{after}");
     } else {
         assert!(!has(&after, "esim_db_inline_writes_total", &[]), "{after}");
+        assert!(!has(&after, "esim_db_wal_pages", &[]), "{after}");
         assert_eq!(commits(&after), 0.0, "{after}");
     }
 }
