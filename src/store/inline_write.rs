@@ -985,7 +985,7 @@ mod tests {
         assert_eq!(orders_of(&db, &partner_id).await, 2_400);
         // A WAL that starts over is written again from its start: its file
         // keeps the largest size it reached. One that never does holds
-        // every commit's pages, about 16,000 here.
+        // every commit's pages (8,171 after half as many commits).
         let wal = std::fs::metadata(dir.path().join("inline-restart.db-wal"))
             .unwrap()
             .len();

@@ -10,8 +10,9 @@
 //! than SQLite's 1,000: a checkpoint runs inside the commit that crosses the
 //! mark, and index pages rewritten by many commits are copied once per
 //! checkpoint. Under the order path's steady writes the WAL still starts
-//! over after each ([`checkpoint`]), so it stays near the mark. Statement journals (a multi-row statement's undo) stay in
-//! memory (`temp_store`). The bundled SQLite is built with the query planner
+//! over after each ([`checkpoint`]), so it stays near the mark. Statement
+//! journals (a multi-row statement's undo) stay in memory (`temp_store`).
+//! The bundled SQLite is built with the query planner
 //! stability guarantee (`SQLITE_ENABLE_QPSG`, set in `.cargo/config.toml`):
 //! without it a statement whose `LIMIT` is a bound value (every `.one()`) is
 //! parsed again each time its values are bound. Every transaction that reads
