@@ -102,9 +102,11 @@ impl Checkpoints {
         }
     }
 
-    /// Past the mark, none running, and, when the WAL did not start over
-    /// after the last one, a mark's worth of pages since that one was asked:
-    /// checkpoints never run back to back copying a few commits each.
+    /// Records where the WAL stands after a commit (and tells `report`),
+    /// then whether a checkpoint is due: past the mark, none running, and,
+    /// when the WAL did not start over after the last one, a mark's worth of
+    /// pages since that one was asked, so that checkpoints never run back to
+    /// back copying a few commits each.
     fn due(&self, pages: i64) -> bool {
         if pages < 0 {
             return false;

@@ -251,13 +251,7 @@ pub async fn finalize_many<C: ConnectionTrait>(
         .query_all_raw(unit_tally(backend, order_ids))
         .await?
         .iter()
-        .map(|row| {
-            Ok((
-                row.try_get_by_index(0)?,
-                row.try_get_by_index(1)?,
-                row.try_get_by_index(2)?,
-            ))
-        })
+        .map(|row| row.try_get_many_by_index())
         .collect::<Result<Vec<(String, UnitStatus, i64)>, DbErr>>()?;
     let mut settled = Vec::new();
     for (status, ids) in final_statuses(&counts) {
