@@ -278,6 +278,7 @@ async fn render_metrics(State(state): State<AppState>) -> axum::response::Respon
         pool: store::pool_use(&state.db),
         inline_reads: state.inline_reads.as_ref().map(|reader| reader.counts()),
         gathered_reads: state.float_reads.counts(),
+        write_gate: store::write_gate_use(&state.db),
     })
 }
 

@@ -31,8 +31,10 @@ use chrono::{DateTime, Utc};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
+mod database;
 mod scrape;
 
+pub(crate) use database::*;
 pub(crate) use scrape::{ScrapeGauges, render};
 
 use crate::store::orders::Settled;
@@ -84,23 +86,6 @@ pub(crate) const ORDER_COMMITS: &str = "esim_order_commits_total";
 pub(crate) const ORDER_COMMIT_BATCHES: &str = "esim_order_commit_batches";
 /// Orders written per such transaction (accepted orders and bound refusals).
 pub(crate) const ORDER_COMMIT_ORDERS: &str = "esim_order_commit_orders";
-/// Connections of the database pool: `state` (`idle`, `in_use`).
-pub(crate) const DB_POOL_CONNECTIONS: &str = "esim_db_pool_connections";
-/// The pool's configured maximum.
-pub(crate) const DB_POOL_MAX: &str = "esim_db_pool_max_connections";
-/// Point reads run on the handler's thread (SQLite), by outcome.
-pub(crate) const DB_INLINE_READS: &str = "esim_db_inline_reads_total";
-/// Balance reads through the pool gathered into rounds: reads, and rounds.
-pub(crate) const DB_GATHERED_READS: &str = "esim_db_gathered_reads_total";
-pub(crate) const DB_GATHERED_ROUNDS: &str = "esim_db_gathered_rounds_total";
-/// Writes run inline by the order path's writers (SQLite), by writer and outcome.
-pub(crate) const DB_INLINE_WRITES: &str = "esim_db_inline_writes_total";
-/// Writes carried per inline SQLite transaction (one commit for them all).
-pub(crate) const DB_INLINE_COMMIT_WRITES: &str = "esim_db_inline_commit_writes";
-/// Pages in the SQLite file's WAL after the order path's last commit.
-pub(crate) const DB_WAL_PAGES: &str = "esim_db_wal_pages";
-/// Times the SQLite file's WAL started over after a checkpoint.
-pub(crate) const DB_WAL_RESTARTS: &str = "esim_db_wal_restarts_total";
 /// Requests refused with 429: `class` (`read`, `write`, `supplier`,
 /// `catalogue`, or `failed_auth` when the source's failed-authentication
 /// budget is spent).
@@ -339,43 +324,6 @@ fn describe_internals() {
     );
 }
 
-/// The database: the pool, gathered and inline reads, inline writes, the WAL.
-fn describe_database() {
-    describe_gauge!(
-        DB_POOL_CONNECTIONS,
-        "Connections of the database pool, by state."
-    );
-    describe_gauge!(DB_POOL_MAX, "Most connections the database pool opens.");
-    describe_counter!(
-        DB_GATHERED_READS,
-        "Balance reads through the pool (PostgreSQL), answered by a gathered round."
-    );
-    describe_counter!(
-        DB_GATHERED_ROUNDS,
-        "Queries that answered the gathered balance reads (each read's own query, or several's)."
-    );
-    describe_counter!(
-        DB_INLINE_READS,
-        "Point reads of the SQLite file run on the handler's thread: answered, or fell_back to the pool."
-    );
-    describe_counter!(
-        DB_INLINE_WRITES,
-        "Writes of the SQLite file's order-path writers run inline, by writer (orders, deliveries, supplier_orders): committed, refused (a guard fired; rolled back), or fell_back to the pool."
-    );
-    describe_gauge!(
-        DB_WAL_PAGES,
-        "Pages in the SQLite file's WAL after the order path's last commit; it starts over after each checkpoint."
-    );
-    describe_counter!(
-        DB_WAL_RESTARTS,
-        "Times the SQLite file's WAL started over after a checkpoint copied it back into the file."
-    );
-    describe_histogram!(
-        DB_INLINE_COMMIT_WRITES,
-        "Writes carried per inline SQLite transaction: the order-path writers' writes queued together share one commit and one fsync."
-    );
-}
-
 /// Redis behind the rate limits.
 fn describe_rate_limit_redis() {
     describe_gauge!(
@@ -464,25 +412,6 @@ pub(crate) fn orders_committed(path: &'static str, batches: usize, orders: usize
     counter!(ORDER_COMMITS, "path" => path).increment(1);
     histogram!(ORDER_COMMIT_BATCHES, "path" => path).record(batches as f64);
     histogram!(ORDER_COMMIT_ORDERS, "path" => path).record(orders as f64);
-}
-
-/// One inline write's outcome: `committed`, `refused` (rolled back) or `fell_back` (to the pool).
-pub(crate) fn inline_write(writer: &'static str, outcome: &'static str) {
-    counter!(DB_INLINE_WRITES, "writer" => writer, "outcome" => outcome).increment(1);
-}
-
-/// One inline transaction committed with `writes` writes (one fsync for all).
-pub(crate) fn inline_commit(writes: usize) {
-    histogram!(DB_INLINE_COMMIT_WRITES).record(writes as f64);
-}
-
-/// The SQLite file's WAL after an inline commit: its pages, and whether it
-/// started over since the commit before.
-pub(crate) fn sqlite_wal(pages: i64, started_over: bool) {
-    gauge!(DB_WAL_PAGES).set(pages as f64);
-    if started_over {
-        counter!(DB_WAL_RESTARTS).increment(1);
-    }
 }
 
 /// Seconds from `from` to `to`, never negative (clocks of two nodes may disagree).

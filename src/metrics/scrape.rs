@@ -10,9 +10,10 @@ use metrics::{counter, gauge};
 
 use super::{
     ACTOR_MAILBOX_MAX, ACTOR_MAILBOX_MESSAGES, ACTORS_LIVE, CONTENT_TYPE, DB_GATHERED_READS,
-    DB_GATHERED_ROUNDS, DB_INLINE_READS, DB_POOL_CONNECTIONS, DB_POOL_MAX, install,
+    DB_GATHERED_ROUNDS, DB_INLINE_READS, DB_POOL_CONNECTIONS, DB_POOL_MAX, DB_WRITE_GATE_HELD,
+    DB_WRITE_GATE_TURNS, install,
 };
-use crate::store::{PoolUse, gathered::GatheredCounts, inline::InlineReadCounts};
+use crate::store::{GateUse, PoolUse, gathered::GatheredCounts, inline::InlineReadCounts};
 
 /// What `/metrics` reads from its sources when scraped.
 #[derive(Debug, Clone, Copy, Default)]
@@ -29,6 +30,8 @@ pub(crate) struct ScrapeGauges {
     pub inline_reads: Option<InlineReadCounts>,
     /// The gathered balance reads' counts.
     pub gathered_reads: GatheredCounts,
+    /// The SQLite file's write gate: turns taken and how long they held it.
+    pub write_gate: Option<GateUse>,
 }
 
 /// The body of `GET /metrics`: the scrape-time gauges, then every series as
@@ -51,6 +54,11 @@ pub(crate) fn render(gauges: ScrapeGauges) -> Response {
     if let Some(reads) = gauges.inline_reads {
         counter!(DB_INLINE_READS, "outcome" => "answered").absolute(reads.answered);
         counter!(DB_INLINE_READS, "outcome" => "fell_back").absolute(reads.fell_back);
+    }
+    if let Some(gate) = gauges.write_gate {
+        counter!(DB_WRITE_GATE_TURNS).absolute(gate.turns);
+        let held = u64::try_from(gate.held.as_micros()).unwrap_or(u64::MAX);
+        counter!(DB_WRITE_GATE_HELD).absolute(held);
     }
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],

@@ -77,7 +77,7 @@ use sea_orm::{
 use crate::config::DatabaseSettings;
 use writes::register_write_gate;
 pub(crate) use writes::write_alone;
-pub use writes::{WriteTxn, begin_write};
+pub use writes::{GateUse, WriteTxn, begin_write, write_gate_use};
 
 pub use pool::{PoolUse, pool_use};
 
@@ -542,7 +542,7 @@ pub(super) mod tests {
     #[tokio::test]
     async fn sqlite_writers_of_one_file_take_turns_on_the_gate() {
         let (_dir, db) = sqlite_file_db("gate.db", 4).await;
-        let (gate, _) = write_gate(&db).expect("a SQLite file has a gate");
+        let gate = write_gate(&db).expect("a SQLite file has a gate").lock;
         let first = begin_write(&db).await.unwrap();
         assert!(gate.try_lock().is_err(), "the first writer holds the turn");
         let second = tokio::spawn({
@@ -557,6 +557,26 @@ pub(super) mod tests {
             .unwrap();
         next.await.unwrap();
         assert!(gate.try_lock().is_ok(), "the turn is free once both ended");
+    }
+
+    #[tokio::test]
+    async fn the_gate_counts_its_turns_and_how_long_they_held_it() {
+        let (_dir, db) = sqlite_file_db("gate-use.db", 2).await;
+        let before = write_gate_use(&db).expect("a SQLite file's gate is counted");
+        let txn = begin_write(&db).await.unwrap();
+        let held_from = std::time::Instant::now();
+        txn.execute_unprepared("CREATE TABLE marks (n INTEGER NOT NULL)")
+            .await
+            .unwrap();
+        let held_at_least = held_from.elapsed();
+        txn.commit().await.unwrap();
+        let after = write_gate_use(&db).unwrap();
+        assert_eq!(after.turns, before.turns + 1, "one turn ended");
+        assert!(
+            after.held - before.held >= held_at_least,
+            "counted {:?}, held at least {held_at_least:?}",
+            after.held - before.held
+        );
     }
 
     #[tokio::test]

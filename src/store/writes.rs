@@ -9,8 +9,11 @@
 use std::{
     collections::HashMap,
     path::PathBuf,
-    sync::{Arc, LazyLock},
-    time::Duration,
+    sync::{
+        Arc, LazyLock,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use sea_orm::{
@@ -60,7 +63,7 @@ pub(crate) async fn write_alone<T>(
 
 /// This process's turn to write to its SQLite file, waited for in arrival
 /// order at most the busy timeout; `None` (no turn needed) on PostgreSQL.
-async fn write_turn(db: &Db) -> Result<Option<OwnedMutexGuard<()>>, DbErr> {
+async fn write_turn(db: &Db) -> Result<Option<Turn>, DbErr> {
     match write_gate(db) {
         Some(gate) => take_turn(&gate).await.map(Some),
         None => Ok(None),
@@ -68,10 +71,65 @@ async fn write_turn(db: &Db) -> Result<Option<OwnedMutexGuard<()>>, DbErr> {
 }
 
 /// The turn at `gate`, waited for in arrival order at most its wait.
-pub(super) async fn take_turn((gate, wait): &Gate) -> Result<OwnedMutexGuard<()>, DbErr> {
-    tokio::time::timeout(*wait, gate.clone().lock_owned())
+pub(super) async fn take_turn(gate: &Gate) -> Result<Turn, DbErr> {
+    let guard = tokio::time::timeout(gate.wait, gate.lock.clone().lock_owned())
         .await
-        .map_err(|_| DbErr::Custom("database is locked (write queue)".into()))
+        .map_err(|_| DbErr::Custom("database is locked (write queue)".into()))?;
+    Ok(Turn {
+        _guard: guard,
+        taken: Instant::now(),
+        counts: gate.counts.clone(),
+    })
+}
+
+/// A writer's turn at its file's gate. Dropping it passes the turn on and
+/// counts how long it was held: a gate held nearly all the time is what
+/// bounds this process's writes, whatever the CPU left idle.
+pub(super) struct Turn {
+    /// The gate's guard.
+    _guard: OwnedMutexGuard<()>,
+    /// When the turn was taken.
+    taken: Instant,
+    /// The gate's counts, where this turn is added when it ends.
+    counts: Arc<GateCounts>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let held = u64::try_from(self.taken.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.counts.turns.fetch_add(1, Ordering::Relaxed);
+        self.counts.held_nanos.fetch_add(held, Ordering::Relaxed);
+    }
+}
+
+/// Turns taken at a gate since the process started, and how long they were
+/// held in all.
+#[derive(Debug, Default)]
+pub(super) struct GateCounts {
+    /// Turns that ended.
+    turns: AtomicU64,
+    /// Nanoseconds those turns were held, summed.
+    held_nanos: AtomicU64,
+}
+
+/// How a SQLite file's write gate was used since the process started.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GateUse {
+    /// Turns to write taken and ended.
+    pub turns: u64,
+    /// How long those turns held the gate, summed: per second of the
+    /// clock, the share of time some writer of this process held it.
+    pub held: Duration,
+}
+
+/// How the write gate of `db`'s SQLite database was used; `None` on
+/// PostgreSQL, which has none.
+pub fn write_gate_use(db: &Db) -> Option<GateUse> {
+    let counts = write_gate(db)?.counts;
+    Some(GateUse {
+        turns: counts.turns.load(Ordering::Relaxed),
+        held: Duration::from_nanos(counts.held_nanos.load(Ordering::Relaxed)),
+    })
 }
 
 /// A write transaction and, on SQLite, this process's turn to write.
@@ -79,8 +137,8 @@ pub(super) async fn take_turn((gate, wait): &Gate) -> Result<OwnedMutexGuard<()>
 pub struct WriteTxn {
     /// The transaction itself.
     txn: DatabaseTransaction,
-    /// The gate's guard (SQLite), released when the transaction is gone.
-    _turn: Option<OwnedMutexGuard<()>>,
+    /// The turn to write (SQLite), passed on when the transaction is gone.
+    _turn: Option<Turn>,
 }
 
 impl WriteTxn {
@@ -144,8 +202,17 @@ impl ConnectionTrait for WriteTxn {
 /// writer waits for its turn (the configured busy timeout).
 type Gates = HashMap<PathBuf, Gate>;
 
-/// One file's write gate and how long a writer waits for its turn there.
-pub(super) type Gate = (Arc<tokio::sync::Mutex<()>>, Duration);
+/// One file's write gate: the turn, how long a writer waits for it, and
+/// how the turns went.
+#[derive(Clone)]
+pub(super) struct Gate {
+    /// Held by the writer whose turn it is.
+    pub(super) lock: Arc<tokio::sync::Mutex<()>>,
+    /// How long a writer waits for its turn (the configured busy timeout).
+    wait: Duration,
+    /// Turns taken and how long they were held.
+    counts: Arc<GateCounts>,
+}
 
 static WRITE_GATES: LazyLock<std::sync::Mutex<Gates>> = LazyLock::new(Default::default);
 
@@ -153,7 +220,11 @@ static WRITE_GATES: LazyLock<std::sync::Mutex<Gates>> = LazyLock::new(Default::d
 pub(super) fn register_write_gate(db: &Db, wait: Duration) {
     let Some(file) = sqlite_file(db) else { return };
     let mut gates = lock(&WRITE_GATES);
-    gates.entry(file).or_insert_with(|| (Arc::default(), wait));
+    gates.entry(file).or_insert_with(|| Gate {
+        lock: Arc::default(),
+        wait,
+        counts: Arc::default(),
+    });
 }
 
 pub(super) fn write_gate(db: &Db) -> Option<Gate> {

@@ -72,8 +72,11 @@ fn has(text: &str, name: &str, labels: &[(&str, &str)]) -> bool {
     text.lines().any(|line| {
         let rest = line
             .strip_prefix(name)
-            .and_then(|r| r.strip_prefix('{'))
-            .map(|r| format!(",{r}"));
+            .and_then(|r| match r.strip_prefix('{') {
+                Some(labelled) => Some(format!(",{labelled}")),
+                // A series without labels: the name, a space, the value.
+                None => r.starts_with(' ').then(String::new),
+            });
         rest.is_some_and(|rest| {
             labels
                 .iter()
@@ -430,6 +433,9 @@ fn sample_sums_the_series_that_carry_the_labels() {
     assert_eq!(sample(text, "x", &[("a", "2")]), 0.0);
     assert_eq!(sample(text, "y", &[]), 7.0);
     assert!(has(text, "x", &[("b", "3")]));
+    assert!(has(text, "y", &[]), "a series without labels");
+    assert!(!has(text, "x", &[("a", "2")]));
+    assert!(!has(text, "z", &[]));
     assert!(!has(text, "x", &[("c", "1")]));
 }
 
@@ -538,9 +544,20 @@ async fn an_order_s_writes_to_a_sqlite_file_are_committed_inline() {
         );
         assert!(commits(&after) > commits(&before), "{after}");
         assert!(sample(&after, "esim_db_wal_pages", &[]) > 0.0, "{after}");
+        let gate = |text: &str, name: &str| sample(text, name, &[]);
+        for name in [
+            "esim_db_write_gate_turns_total",
+            "esim_db_write_gate_held_microseconds_total",
+        ] {
+            assert!(gate(&after, name) > gate(&before, name), "{name}:\n{after}");
+        }
     } else {
         assert!(!has(&after, "esim_db_inline_writes_total", &[]), "{after}");
         assert!(!has(&after, "esim_db_wal_pages", &[]), "{after}");
+        assert!(
+            !has(&after, "esim_db_write_gate_turns_total", &[]),
+            "{after}"
+        );
         assert_eq!(commits(&after), 0.0, "{after}");
     }
 }
