@@ -105,7 +105,7 @@ impl Drop for Turn {
 /// Turns taken at a gate since the process started, and how long they were
 /// held in all.
 #[derive(Debug, Default)]
-pub(super) struct GateCounts {
+struct GateCounts {
     /// Turns that ended.
     turns: AtomicU64,
     /// Nanoseconds those turns were held, summed.
