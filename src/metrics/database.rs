@@ -25,7 +25,8 @@ pub(crate) const DB_WRITE_GATE_TURNS: &str = "esim_db_write_gate_turns_total";
 /// Microseconds those turns held the gate, summed.
 pub(crate) const DB_WRITE_GATE_HELD: &str = "esim_db_write_gate_held_microseconds_total";
 
-/// The database: the pool, gathered and inline reads, inline writes, the WAL.
+/// The database: the pool, gathered and inline reads, inline writes, the
+/// WAL, the write gate.
 pub(super) fn describe_database() {
     describe_gauge!(
         DB_POOL_CONNECTIONS,
