@@ -174,12 +174,11 @@ async fn copy_beside_writers(pool: &Db, path: PathBuf) -> Result<(), DbErr> {
 
 /// Writes the pages a pass copied into the database file to disk.
 async fn sync_file(path: PathBuf) -> Result<(), DbErr> {
-    let synced = tokio::task::spawn_blocking(move || std::fs::File::open(path)?.sync_data()).await;
-    match synced {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(err)) => Err(DbErr::Custom(format!("database file sync: {err}"))),
-        Err(err) => Err(DbErr::Custom(format!("database file sync: {err}"))),
-    }
+    tokio::task::spawn_blocking(move || std::fs::File::open(path)?.sync_data())
+        .await
+        .map_err(std::io::Error::other)
+        .flatten()
+        .map_err(|err| DbErr::Custom(format!("database file sync: {err}")))
 }
 
 /// Copies what the WAL holds beyond the pool's passes (what was committed
