@@ -48,12 +48,11 @@ pub(crate) fn open_inline(
     unit_ids: &[String],
 ) -> Result<(), InlineFailed<()>> {
     let backend = DbBackend::Sqlite;
-    let insert =
-        bulk::insert_statement::<supplier_order::Entity>(backend, std::slice::from_ref(row))
-            .map_err(InlineFailed::Unavailable)?;
-    if let Some(insert) = insert {
-        inline_write::execute(connection, &insert)?;
-    }
+    inline_write::insert_rows::<supplier_order::Entity, _>(
+        connection,
+        std::slice::from_ref(row),
+        &[],
+    )?;
     let take = backend.build(&take_units(backend, &row.id, row.created_at, unit_ids).into_query());
     match inline_write::execute(connection, &take)? == unit_ids.len() {
         true => Ok(()),

@@ -5,7 +5,7 @@ use super::*;
 use crate::store::inline_write::{self, InlineFailed};
 use sea_orm::{DbBackend, Statement};
 
-use super::bindings::{KeyBindings, key_bindings};
+use super::bindings::{KEY_COLUMNS, KeyBindings, key_bindings};
 
 /// An order ready to be written.
 #[derive(Debug, Clone)]
@@ -189,22 +189,18 @@ pub async fn accept_batches<C: ConnectionTrait>(
             ));
         }
     }
-    let AfterDebit {
-        balances,
-        mut keys,
-        inserts,
-    } = writes_after_debit(backend, batches, &debits, moved_floats(floats)?, now)?;
-    if let Some(bind) = keys.insert.take() {
+    let after = writes_after_debit(batches, &debits, moved_floats(floats)?, now)?;
+    if let Some(bind) = after.keys.insert(backend)? {
         let mut bound = Vec::new();
         for row in txn.query_all_raw(bind).await? {
             bound.push(row.try_get("", "partner_id")?);
         }
-        keys.all_bound(bound)?;
+        after.keys.all_bound(bound)?;
     }
-    for insert in inserts {
+    for insert in after.rows.statements(backend)? {
         txn.execute_raw(insert).await?;
     }
-    Ok(balances)
+    Ok(after.balances)
 }
 
 /// [`accept_batches`] on the inline writer's connection (SQLite), in the
@@ -224,14 +220,21 @@ pub(crate) fn accept_batches_inline(
         None => Vec::new(),
     };
     let moved = moved_floats(floats).map_err(InlineFailed::Unavailable)?;
-    let after = writes_after_debit(backend, batches, &debits, moved, now)?;
-    if let Some(bind) = &after.keys.insert {
-        let bound = inline_write::query(connection, bind, |row| row.get(0))?;
-        after.keys.all_bound(bound)?;
-    }
-    for insert in &after.inserts {
-        inline_write::execute(connection, insert)?;
-    }
+    let after = writes_after_debit(batches, &debits, moved, now)?;
+    let keys = after.keys.rows();
+    let inserted =
+        inline_write::insert_rows::<idempotency_key::Entity, _>(connection, keys, &KEY_COLUMNS)?;
+    let bound = keys
+        .iter()
+        .zip(inserted)
+        .filter(|(_, inserted)| *inserted)
+        .map(|(row, _)| row.partner_id.clone())
+        .collect();
+    after.keys.all_bound(bound)?;
+    let rows = &after.rows;
+    inline_write::insert_rows::<order::Entity, _>(connection, &rows.orders, &[])?;
+    inline_write::insert_rows::<order_unit::Entity, _>(connection, &rows.units, &[])?;
+    inline_write::insert_rows::<ledger_entry::Entity, _>(connection, &rows.ledger, &[])?;
     Ok(after.balances)
 }
 
@@ -241,14 +244,35 @@ struct AfterDebit {
     balances: Vec<Balances>,
     /// The key bindings, written first.
     keys: KeyBindings,
-    /// The inserts of orders, units and purchase rows.
-    inserts: Vec<Statement>,
+    /// The orders, their units and the purchase rows, written next.
+    rows: NewRows,
 }
 
-/// The batches' balances and inserts given the floats the debit moved, or
-/// the batches whose float it did not move (their guard fired).
+/// The rows a shared commit inserts after its key bindings.
+struct NewRows {
+    /// The orders, in acceptance order.
+    orders: Vec<order::Model>,
+    /// Their units, pending.
+    units: Vec<order_unit::Model>,
+    /// The purchase rows of the live orders.
+    ledger: Vec<ledger_entry::Model>,
+}
+
+impl NewRows {
+    /// One insert per table, whatever the rows (the pool's form).
+    fn statements(&self, backend: DbBackend) -> Result<Vec<Statement>, DbErr> {
+        let inserts = [
+            bulk::insert_statement::<order::Entity>(backend, &self.orders)?,
+            bulk::insert_statement::<order_unit::Entity>(backend, &self.units)?,
+            bulk::insert_statement::<ledger_entry::Entity>(backend, &self.ledger)?,
+        ];
+        Ok(inserts.into_iter().flatten().collect())
+    }
+}
+
+/// The batches' balances and rows given the floats the debit moved, or the
+/// batches whose float it did not move (their guard fired).
 fn writes_after_debit(
-    backend: DbBackend,
     batches: &[&PartnerBatch],
     debits: &[Debit],
     moved: Moved,
@@ -280,15 +304,14 @@ fn writes_after_debit(
         .iter()
         .flat_map(|o| pending_units(o, now))
         .collect();
-    let inserts = [
-        bulk::insert_statement::<order::Entity>(backend, &order_rows)?,
-        bulk::insert_statement::<order_unit::Entity>(backend, &unit_rows)?,
-        bulk::insert_statement::<ledger_entry::Entity>(backend, &ledger_rows)?,
-    ];
     Ok(AfterDebit {
         balances,
-        keys: key_bindings(backend, batches, now)?,
-        inserts: inserts.into_iter().flatten().collect(),
+        keys: key_bindings(batches, now),
+        rows: NewRows {
+            orders: order_rows,
+            units: unit_rows,
+            ledger: ledger_rows,
+        },
     })
 }
 

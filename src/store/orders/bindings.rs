@@ -120,19 +120,36 @@ pub async fn find_key<C: ConnectionTrait>(
         .await
 }
 
-/// A shared commit's key bindings: the insert that skips keys bound
-/// already, and how many keys each partner's batch binds (a shared commit
-/// holds each partner at most once, and a batch binds one key per order and
-/// per binding refusal: [`PartnerBatch::written`]).
+/// A shared commit's key bindings: the rows, inserted so that a key bound
+/// already is skipped, and how many keys each partner's batch binds (a
+/// shared commit holds each partner at most once, and a batch binds one key
+/// per order and per binding refusal: [`PartnerBatch::written`]).
 pub(super) struct KeyBindings {
-    /// The insert (`None` when nothing binds a key), answering the partner
-    /// of each key it bound.
-    pub(super) insert: Option<Statement>,
+    /// The bindings, in lock order.
+    rows: Vec<idempotency_key::Model>,
     /// Partner -> (index of its batch, keys the batch binds).
     expected: HashMap<String, (usize, usize)>,
 }
 
+/// What a key binding is unique by: a binding whose key is bound already is
+/// skipped by the insert, not an error.
+pub(super) const KEY_COLUMNS: [idempotency_key::Column; 2] = [
+    idempotency_key::Column::PartnerId,
+    idempotency_key::Column::Key,
+];
+
 impl KeyBindings {
+    /// The bindings, in lock order.
+    pub(super) fn rows(&self) -> &[idempotency_key::Model] {
+        &self.rows
+    }
+
+    /// The one statement that binds every key through the pool (`None`
+    /// when nothing binds a key), answering the partner of each key it bound.
+    pub(super) fn insert(&self, backend: DbBackend) -> Result<Option<Statement>, DbErr> {
+        bulk::insert_new_statement::<idempotency_key::Entity>(backend, &self.rows, &KEY_COLUMNS)
+    }
+
     /// `Ok` when the insert bound every key (`bound`: the partner of each
     /// key it bound); otherwise the batches with a key it skipped, turned
     /// back.
@@ -163,26 +180,16 @@ impl KeyBindings {
 }
 
 /// The batches' key bindings, in lock order, and which batch binds each.
-pub(super) fn key_bindings(
-    backend: DbBackend,
-    batches: &[&PartnerBatch],
-    now: DateTime<Utc>,
-) -> Result<KeyBindings, DbErr> {
+pub(super) fn key_bindings(batches: &[&PartnerBatch], now: DateTime<Utc>) -> KeyBindings {
     let expected = batches
         .iter()
         .enumerate()
         .map(|(index, batch)| (batch.partner_id.clone(), (index, batch.written())))
         .collect();
-    let rows = key_rows_in_lock_order(batches, now);
-    let insert = bulk::insert_new_statement::<idempotency_key::Entity>(
-        backend,
-        &rows,
-        &[
-            idempotency_key::Column::PartnerId,
-            idempotency_key::Column::Key,
-        ],
-    )?;
-    Ok(KeyBindings { insert, expected })
+    KeyBindings {
+        rows: key_rows_in_lock_order(batches, now),
+        expected,
+    }
 }
 
 /// Every batch's key bindings sorted by (partner, key), the order their
@@ -276,7 +283,7 @@ mod tests {
             refusals("pt_b", &["k1"]),
             refusals("pt_c", &["k9"]),
         );
-        let keys = key_bindings(DbBackend::Sqlite, &[&a, &b, &c], Utc::now()).unwrap();
+        let keys = key_bindings(&[&a, &b, &c], Utc::now());
         let partners = |ps: &[&str]| ps.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>();
         let everything = partners(&["pt_a", "pt_a", "pt_b", "pt_c"]);
 

@@ -35,11 +35,7 @@ pub(crate) fn deliver_and_settle_inline<E>(
             .into_iter()
             .collect();
     let (stored, rows) = profiles_to_store(profiles, &settled);
-    if let Some(insert) = bulk::insert_statement::<esim::Entity>(DbBackend::Sqlite, &rows)
-        .map_err(InlineFailed::Unavailable)?
-    {
-        inline_write::execute(connection, &insert)?;
-    }
+    inline_write::insert_rows::<esim::Entity, _>(connection, &rows, &[])?;
     Ok((
         stored,
         finalize_many_inline(connection, &orders_of(profiles), now)?,
