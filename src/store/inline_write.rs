@@ -541,7 +541,7 @@ fn cell(value: &Value) -> Result<Cell, DbErr> {
 mod tests {
     use std::convert::Infallible;
 
-    use chrono::Utc;
+    use chrono::{DateTime, Utc};
     use entities::{esim, float, idempotency_key, order, order_unit, supplier_order};
     use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 
@@ -675,6 +675,21 @@ mod tests {
         row.try_get("", "cells").unwrap()
     }
 
+    /// A key binding of a refusal, with a JSON body holding a fraction and
+    /// a null.
+    fn refusal_key(partner_id: &str, key: &str, at: DateTime<Utc>) -> idempotency_key::Model {
+        idempotency_key::Model {
+            partner_id: partner_id.into(),
+            key: key.into(),
+            mode: Mode::Live,
+            fingerprint: "f".into(),
+            order_id: None,
+            error_status: Some(422),
+            error_body: Some(serde_json::json!({"code": "plan_not_found", "n": [1.5, null]})),
+            created_at: at,
+        }
+    }
+
     #[tokio::test]
     async fn rows_inserted_one_at_a_time_hold_the_cells_the_pool_s_insert_stores() {
         let (_dir, db, partner_id) = funded_partner("inline-rows.db").await;
@@ -683,17 +698,10 @@ mod tests {
         let mut inline = through_pool.clone();
         inline.id = "ord_inline".into();
         let now = Utc::now();
-        let refusal = |key: &str| idempotency_key::Model {
-            partner_id: partner_id.clone(),
-            key: key.into(),
-            mode: Mode::Live,
-            fingerprint: "f".into(),
-            order_id: None,
-            error_status: Some(422),
-            error_body: Some(serde_json::json!({"code": "plan_not_found", "n": [1.5, null]})),
-            created_at: now,
-        };
-        let (pool_key, inline_key) = (refusal("pool"), refusal("inline"));
+        let (pool_key, inline_key) = (
+            refusal_key(&partner_id, "pool", now),
+            refusal_key(&partner_id, "inline", now),
+        );
 
         crate::store::bulk::insert_models::<order::Entity, _>(
             &db,
@@ -734,16 +742,7 @@ mod tests {
     async fn a_row_whose_unique_columns_are_taken_is_skipped_and_said_so() {
         let (_dir, db, partner_id) = funded_partner("inline-skip.db").await;
         let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
-        let key = |key: &str| idempotency_key::Model {
-            partner_id: partner_id.clone(),
-            key: key.into(),
-            mode: Mode::Live,
-            fingerprint: "f".into(),
-            order_id: None,
-            error_status: Some(422),
-            error_body: Some(serde_json::json!({"code": "plan_not_found"})),
-            created_at: Utc::now(),
-        };
+        let key = |key: &str| refusal_key(&partner_id, key, Utc::now());
         let rows = vec![key("a"), key("b"), key("a")];
         let unique = [
             idempotency_key::Column::PartnerId,
