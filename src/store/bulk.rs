@@ -89,9 +89,9 @@ pub(crate) fn insert_new_statement<E: EntityTrait>(
     )))
 }
 
-/// The insert of one row of `E`, a `?` per column in [`row_values`]'
-/// order; with `skip_taken` columns, a row whose values there are taken is
-/// skipped rather than an error. The form for a writer that runs one
+/// The insert of one row of `E`, a `?` per column in the order
+/// [`row_values`] gives them; with `skip_taken` columns, a row whose values
+/// there are taken is skipped rather than an error. The form for a writer that runs one
 /// prepared statement once per row on its own thread (the inline writer,
 /// SQLite): there a statement costs no hand-off, and binding a row's values
 /// directly costs less than packing the rows into JSON for SQLite to unpack

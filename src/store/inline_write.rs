@@ -766,6 +766,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_row_refused_midway_leaves_none_of_its_write_behind() {
+        let (_dir, db, partner_id) = funded_partner("inline-midway.db").await;
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
+        let first = batch_of(&partner_id, "first", 2_000).orders[0]
+            .order
+            .clone();
+        let mut same_id = first.clone();
+        same_id.idempotency_key = "second".into();
+        let rows = vec![first, same_id];
+
+        let done = writer
+            .transaction(move |c| insert_rows::<order::Entity, Infallible>(c, &rows, &[]))
+            .await;
+
+        assert!(
+            matches!(done, Err(InlineFailed::Unavailable(_))),
+            "the second row's id is taken: {done:?}"
+        );
+        assert_eq!(
+            orders_of(&db, &partner_id).await,
+            0,
+            "the first row is rolled back with the second"
+        );
+    }
+
+    #[tokio::test]
     async fn a_fired_debit_guard_writes_nothing_inline() {
         let (_dir, db, partner_id) = funded_partner("inline-fired.db").await;
         let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
