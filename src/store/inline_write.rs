@@ -476,8 +476,8 @@ pub(crate) fn query<T, E>(
 /// Inserts `models` with one cached single-row statement run once per row
 /// ([`bulk::row_insert_sql`]); whether each row went in: always for a plain
 /// insert, and `false` for a row whose `skip_taken` columns are taken
-/// (skipped, not an error). Any other refusal rolls the write back to the
-/// pool like every statement here.
+/// (skipped, not an error). Any other refusal is `Unavailable`, as for
+/// every statement here: the write rolls back and goes through the pool.
 pub(crate) fn insert_rows<M: EntityTrait, E>(
     connection: &Connection,
     models: &[M::Model],
@@ -653,8 +653,8 @@ mod tests {
         assert_eq!(key.order_id.as_deref(), Some("ord_k1"));
     }
 
-    /// Every cell of row `id` of `E`'s table as SQLite holds it: its
-    /// storage class and its literal.
+    /// Every cell of the row of `M`'s table whose `id_column` is `id`, as
+    /// SQLite holds it: its storage class and its literal.
     async fn stored_cells<M: EntityTrait>(db: &Db, id_column: &str, id: &str) -> String {
         use sea_orm::{ConnectionTrait, DbBackend, IdenStatic, Iterable};
         let cells = M::Column::iter()
