@@ -2,7 +2,10 @@
 //! the final status of an order once no unit is pending.
 
 use super::*;
-use sea_orm::{DbBackend, QueryTrait, Statement, UpdateMany};
+use sea_orm::{
+    DbBackend, QueryTrait, Statement, UpdateMany,
+    sea_query::{Query, ReturningClause},
+};
 
 /// Counts a failed attempt on a unit.
 pub async fn unit_failed_attempt<C: ConnectionTrait>(
@@ -36,12 +39,14 @@ async fn settle_pending<'a, C: ConnectionTrait>(
     now: DateTime<Utc>,
 ) -> Result<Vec<String>, DbErr> {
     let backend = txn.get_database_backend();
-    Ok(settle_pending_update(backend, unit_ids, order_id, to, now)
-        .exec_with_returning(txn)
+    // Only the ids come back: the whole rows would be decoded to be dropped.
+    let mut update = settle_pending_update(backend, unit_ids, order_id, to, now).into_query();
+    update.returning_col(order_unit::Column::Id);
+    txn.query_all_raw(backend.build(&update))
         .await?
-        .into_iter()
-        .map(|unit| unit.id)
-        .collect())
+        .iter()
+        .map(|row| row.try_get_by_index(0))
+        .collect()
 }
 
 /// The update [`settle_pending`] runs (without its RETURNING).
@@ -216,7 +221,9 @@ pub async fn refund_units<C: ConnectionTrait>(
 pub struct Settled {
     /// The final status.
     pub status: OrderStatus,
+    /// Live or sandbox.
     pub mode: Mode,
+    /// Why it failed, when it did.
     pub failure_code: Option<FailureCode>,
     /// When it was accepted.
     pub created_at: DateTime<Utc>,
@@ -255,22 +262,32 @@ pub async fn finalize_many<C: ConnectionTrait>(
         .collect::<Result<Vec<(String, UnitStatus, i64)>, DbErr>>()?;
     let mut settled = Vec::new();
     for (status, ids) in final_statuses(&counts) {
-        let rows = settle_orders_update(backend, status, ids, now)
-            .exec_with_returning(db)
-            .await?;
-        settled.extend(rows.into_iter().map(|order| {
-            (
-                order.id,
-                Settled {
-                    status,
-                    mode: order.mode,
-                    failure_code: order.failure_code,
-                    created_at: order.created_at,
-                },
-            )
-        }));
+        let mut update = settle_orders_update(backend, status, ids, now).into_query();
+        update.returning(settled_returning());
+        for row in db.query_all_raw(backend.build(&update)).await? {
+            let (id, mode, failure_code, created_at) = row.try_get_many_by_index()?;
+            let settled_order = Settled {
+                status,
+                mode,
+                failure_code,
+                created_at,
+            };
+            settled.push((id, settled_order));
+        }
     }
     Ok(settled)
+}
+
+/// What a settling update returns: the columns [`Settled`] keeps (after the
+/// order's id), in this order. The whole row would carry every order's
+/// metadata back to be decoded and dropped.
+pub(super) fn settled_returning() -> ReturningClause {
+    Query::returning().columns([
+        order::Column::Id,
+        order::Column::Mode,
+        order::Column::FailureCode,
+        order::Column::CreatedAt,
+    ])
 }
 
 /// Counts the units of `order_ids` by order and status: (order, status,

@@ -4,11 +4,11 @@
 //! SQLite, run over the inline writer's connection.
 
 use rusqlite::Connection;
-use sea_orm::{DbBackend, QueryTrait, Statement, sea_query::Query};
+use sea_orm::{DbBackend, QueryTrait, Statement};
 
 use super::settle::{
     final_statuses, orders_of, profiles_to_store, settle_orders_update, settle_pending_update,
-    unit_tally,
+    settled_returning, unit_tally,
 };
 use super::*;
 use crate::store::{
@@ -58,12 +58,7 @@ fn finalize_many_inline<E>(
     let mut settled = Vec::new();
     for (status, ids) in final_statuses(&counts) {
         let mut update = settle_orders_update(DbBackend::Sqlite, status, ids, now).into_query();
-        update.returning(Query::returning().columns([
-            order::Column::Id,
-            order::Column::Mode,
-            order::Column::FailureCode,
-            order::Column::CreatedAt,
-        ]));
+        update.returning(settled_returning());
         let rows = inline_write::query(connection, &sqlite(&update), |row| {
             Ok((
                 row.get(0)?,
