@@ -298,12 +298,30 @@ impl Admission {
         *self.lock().plan_since.entry(plan.to_owned()).or_default() += units;
     }
 
-    /// A batch of `partner_id` committed `units` live units.
+    /// A batch of `partner_id` is committing `units` live units. Counted
+    /// before the commit: counted after it, a backlog reading taken between
+    /// the two would hold the units twice and refuse orders the room has
+    /// space for. [`Self::withdrawn`] takes them back if the commit fails.
     pub fn admitted(&self, partner_id: &str, units: u64) {
         if units == 0 || !self.is_on() {
             return;
         }
         *self.lock().since.entry(partner_id.to_owned()).or_default() += units;
+    }
+
+    /// The commit of a batch counted by [`Self::admitted`] and
+    /// [`Self::admitted_plan`] failed: its `units` (per plan: `plans`) are no
+    /// longer admitted.
+    pub fn withdrawn(&self, partner_id: &str, units: u64, plans: &[(&str, u64)]) {
+        if units == 0 || !self.is_on() {
+            return;
+        }
+        let mut state = self.lock();
+        let state = &mut *state;
+        admission::take_back(&mut state.since, &mut state.reading, partner_id, units);
+        for (plan, units) in plans.iter().filter(|_| self.lanes.len() > 1) {
+            admission::take_back(&mut state.plan_since, &mut state.plan_reading, plan, *units);
+        }
     }
 
     /// A live order of `partner_id` was refused for `busy`: counted, and
@@ -661,6 +679,16 @@ mod tests {
         });
         let mut allowance = single.allowance_for("pt_a", ["pl_x"].into_iter());
         assert_eq!(allowance.take_for(320, "pl_x"), Ok(()));
+    }
+
+    /// A batch whose commit failed leaves nothing counted.
+    #[test]
+    fn a_withdrawn_batch_is_no_longer_counted() {
+        let (admission, _) = admission(8);
+        admission.admitted("pt_a", 5);
+        admission.admitted("pt_b", 2);
+        admission.withdrawn("pt_a", 5, &[("pl_x", 5)]);
+        assert_eq!(admission.view().backlog_units, 2);
     }
 
     #[test]

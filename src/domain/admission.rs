@@ -266,9 +266,34 @@ impl UnitsPerCall {
     }
 }
 
+/// Takes `units` of `key` back from what was admitted since the last reading
+/// and, where a refresh already moved them, from the reading in flight (a
+/// reading that finished dropped them: it cannot hold units never committed).
+pub(crate) fn take_back(
+    since: &mut std::collections::HashMap<String, u64>,
+    reading: &mut std::collections::HashMap<String, u64>,
+    key: &str,
+    mut units: u64,
+) {
+    for counted in [since, reading] {
+        if let Some(held) = counted.get_mut(key) {
+            let taken = units.min(*held);
+            *held -= taken;
+            units -= taken;
+            if *held == 0 {
+                counted.remove(key);
+            }
+        }
+        if units == 0 {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     use super::*;
 
@@ -403,5 +428,21 @@ mod tests {
             let least = *held.iter().min().unwrap();
             prop_assert!(most - least <= units, "{held:?}");
         }
+    }
+
+    /// Units taken back come out of `since` first, then out of the reading
+    /// in flight; what is not there is not taken from anyone else.
+    #[test]
+    fn units_taken_back_leave_the_rest_counted() {
+        let mut since = HashMap::from([("pt_a".to_owned(), 3)]);
+        let mut reading = HashMap::from([("pt_a".to_owned(), 4), ("pt_b".to_owned(), 1)]);
+        take_back(&mut since, &mut reading, "pt_a", 5);
+        assert!(since.is_empty());
+        assert_eq!(
+            reading,
+            HashMap::from([("pt_a".to_owned(), 2), ("pt_b".to_owned(), 1)])
+        );
+        take_back(&mut since, &mut reading, "pt_a", 9);
+        assert_eq!(reading, HashMap::from([("pt_b".to_owned(), 1)]));
     }
 }

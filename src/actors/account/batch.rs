@@ -193,10 +193,14 @@ async fn try_batch(
     }
     let job = job_of(state, requests, &decided.outcomes);
     if !job.batch.orders.is_empty() || !job.batch.refusals.is_empty() {
+        state.count_admitted(requests, &decided.outcomes);
         let committed = match &state.args.writer {
             Some(writer) => writer.submit(job).await,
             None => commit_alone(&state.args.db, job).await,
         };
+        if committed.is_err() {
+            state.withdraw_admitted(requests, &decided.outcomes);
+        }
         let (live, sandbox) = committed.map_err(|e| match e {
             AcceptError::Insufficient => Attempt::Guard("the float moved under the batch"),
             AcceptError::KeyTaken => Attempt::Taken,
@@ -208,7 +212,7 @@ async fn try_batch(
         state.floats.live = live.unwrap_or(state.floats.live);
         state.floats.sandbox = sandbox.unwrap_or(state.floats.sandbox);
     }
-    state.report_admission(requests, &decided.outcomes);
+    state.report_refusals(&decided.outcomes);
     let bindings: Vec<(String, Binding)> = decided
         .new_bindings(requests)
         .map(|(key, binding)| (key.to_owned(), binding))

@@ -65,6 +65,20 @@ const GUARD_ATTEMPTS: usize = 3;
 /// An order request: the priced order (the edge's refusal otherwise).
 pub(crate) type PlaceOrder = OrderRequest<order::Model>;
 
+/// The live orders a decided batch accepts.
+fn admitted_live<'a>(
+    requests: &'a [PlaceOrder],
+    outcomes: &'a [Outcome],
+) -> impl Iterator<Item = &'a order::Model> {
+    requests
+        .iter()
+        .zip(outcomes)
+        .filter(|(request, outcome)| {
+            matches!(outcome, Outcome::Accept) && request.mode == Mode::Live
+        })
+        .filter_map(|(request, _)| request.ask.as_ref().ok())
+}
+
 impl Priced for order::Model {
     fn order_id(&self) -> &str {
         &self.id
@@ -244,31 +258,47 @@ impl AccountState {
         admission.allowance_for(&self.args.partner_id, plans)
     }
 
-    /// Tells admission what a committed batch admitted and refused.
-    fn report_admission(&self, requests: &[PlaceOrder], outcomes: &[Outcome]) {
+    /// Tells admission the live units a batch is about to commit (before
+    /// the commit: see [`Admission::admitted`]).
+    fn count_admitted(&self, requests: &[PlaceOrder], outcomes: &[Outcome]) {
         let Some(admission) = &self.args.admission else {
             return;
         };
         let mut admitted = 0;
-        for (request, outcome) in requests.iter().zip(outcomes) {
-            match (outcome, &request.ask) {
-                (Outcome::Accept, Ok(order)) if request.mode == Mode::Live => {
-                    admitted += order.units();
-                    admission.admitted_plan(&order.plan_id, order.units());
-                }
-                (
-                    Outcome::Refuse(Refusal::SupplierBusy {
-                        busy,
-                        retry_after_seconds,
-                    }),
-                    _,
-                ) => {
-                    admission.refused(&self.args.partner_id, *busy, *retry_after_seconds);
-                }
-                _ => {}
-            }
+        for order in admitted_live(requests, outcomes) {
+            admitted += order.units();
+            admission.admitted_plan(&order.plan_id, order.units());
         }
         admission.admitted(&self.args.partner_id, admitted);
+    }
+
+    /// Takes back what [`Self::count_admitted`] counted for a batch whose
+    /// commit failed.
+    fn withdraw_admitted(&self, requests: &[PlaceOrder], outcomes: &[Outcome]) {
+        let Some(admission) = &self.args.admission else {
+            return;
+        };
+        let plans: Vec<(&str, u64)> = admitted_live(requests, outcomes)
+            .map(|order| (order.plan_id.as_str(), order.units()))
+            .collect();
+        let units = plans.iter().map(|(_, units)| units).sum();
+        admission.withdrawn(&self.args.partner_id, units, &plans);
+    }
+
+    /// Tells admission the orders of a decided batch it refused.
+    fn report_refusals(&self, outcomes: &[Outcome]) {
+        let Some(admission) = &self.args.admission else {
+            return;
+        };
+        for outcome in outcomes {
+            if let Outcome::Refuse(Refusal::SupplierBusy {
+                busy,
+                retry_after_seconds,
+            }) = outcome
+            {
+                admission.refused(&self.args.partner_id, *busy, *retry_after_seconds);
+            }
+        }
     }
 
     fn remember(&mut self, key: &str, binding: Binding) {
