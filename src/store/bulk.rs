@@ -16,8 +16,6 @@
 //! it over in SQLite's binary form, which `->>` reads directly. What the
 //! columns receive is the same. (An id is a plain value either way.)
 
-use std::fmt::Write as _;
-
 use chrono::{DateTime, SecondsFormat, Utc};
 use sea_orm::{
     ColumnTrait, ColumnType, ConnectionTrait, DbBackend, DbErr, EntityTrait, IdenStatic, Iterable,
@@ -254,52 +252,58 @@ fn rows_json<E: EntityTrait>(models: &[E::Model]) -> Result<String, DbErr> {
         .iter()
         .map(|c| serde_json::Value::from(c.as_str()).to_string())
         .collect();
-    let mut out = String::with_capacity(models.len() * 64 * columns.len());
-    out.push('[');
+    let mut out = Vec::with_capacity(models.len() * 64 * columns.len());
+    out.push(b'[');
     for (i, model) in models.iter().enumerate() {
         if i > 0 {
-            out.push(',');
+            out.push(b',');
         }
-        out.push('{');
+        out.push(b'{');
         for (j, (column, name)) in columns.iter().zip(&names).enumerate() {
             if j > 0 {
-                out.push(',');
+                out.push(b',');
             }
-            out.push_str(name);
-            out.push(':');
+            out.extend_from_slice(name.as_bytes());
+            out.push(b':');
             write_value(&mut out, model.get(*column))?;
         }
-        out.push('}');
+        out.push(b'}');
     }
-    out.push(']');
-    Ok(out)
+    out.push(b']');
+    // Nothing but serde_json's output and ASCII punctuation was written.
+    String::from_utf8(out).map_err(|e| DbErr::Custom(e.to_string()))
 }
 
 /// One cell as JSON, in the form the driver would have bound it.
-fn write_value(out: &mut String, value: Value) -> Result<(), DbErr> {
-    let json = match value {
-        Value::String(Some(s)) => serde_json::Value::from(s),
-        Value::Int(Some(n)) => serde_json::Value::from(n),
-        Value::BigInt(Some(n)) => serde_json::Value::from(n),
-        Value::SmallInt(Some(n)) => serde_json::Value::from(n),
-        Value::Bool(Some(b)) => serde_json::Value::from(b),
-        Value::ChronoDateTimeUtc(Some(t)) => serde_json::Value::from(timestamp(&t)),
+/// Written straight into `out` by serde_json's serializer, without building
+/// a JSON value for each cell first.
+fn write_value(out: &mut Vec<u8>, value: Value) -> Result<(), DbErr> {
+    let written = match value {
+        Value::String(Some(s)) => serde_json::to_writer(&mut *out, &s),
+        Value::Int(Some(n)) => serde_json::to_writer(&mut *out, &n),
+        Value::BigInt(Some(n)) => serde_json::to_writer(&mut *out, &n),
+        Value::SmallInt(Some(n)) => serde_json::to_writer(&mut *out, &n),
+        Value::Bool(Some(b)) => serde_json::to_writer(&mut *out, &b),
+        Value::ChronoDateTimeUtc(Some(t)) => serde_json::to_writer(&mut *out, &timestamp(&t)),
         // The document's text, as the driver stores a JSON column on SQLite.
-        Value::Json(Some(j)) => serde_json::Value::from(j.to_string()),
+        Value::Json(Some(j)) => serde_json::to_writer(&mut *out, &j.to_string()),
         Value::String(None)
         | Value::Int(None)
         | Value::BigInt(None)
         | Value::SmallInt(None)
         | Value::Bool(None)
         | Value::ChronoDateTimeUtc(None)
-        | Value::Json(None) => serde_json::Value::Null,
+        | Value::Json(None) => {
+            out.extend_from_slice(b"null");
+            Ok(())
+        }
         other => {
             return Err(DbErr::Custom(format!(
                 "bulk insert: no JSON form for {other:?}"
             )));
         }
     };
-    write!(out, "{json}").map_err(|e| DbErr::Custom(e.to_string()))
+    written.map_err(|e| DbErr::Custom(e.to_string()))
 }
 
 /// A timestamp in the exact text the SQLite driver stores (RFC 3339, `+00:00`,
