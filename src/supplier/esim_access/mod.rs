@@ -142,8 +142,8 @@ impl EsimAccessClient {
     ) -> Result<Result<Obj, (String, String)>, SupplierError> {
         self.gate.admit().await;
         let text = self.post(path, body).await?;
-        let answer =
-            envelope(&text).ok_or_else(|| SupplierError::Transient(format!("{path}: not JSON")))?;
+        let answer = envelope(&text)
+            .ok_or_else(|| SupplierError::Transient(format!("{path}: not an answer")))?;
         if let Err((code, _)) = &answer
             && code == BUSY
         {

@@ -8,9 +8,7 @@ use serde_json::{Value, value::RawValue};
 
 use crate::supplier::{Profile, SupplierError, Usage};
 
-/// Every answer's envelope. Its `obj` stays text until the call that asked
-/// reads it: a query page's profiles carry some thirty fields each, of which
-/// three are used, and are read straight into those three.
+/// Every answer's envelope, its `obj` kept as text.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Envelope {
@@ -46,7 +44,8 @@ impl Obj {
 }
 
 /// `obj` of a successful answer, or the error (code, message) it carries;
-/// `None` when `answer` is not an envelope at all.
+/// `None` when `answer` is not JSON of the envelope's shape (asked again,
+/// like any unreadable answer).
 pub fn envelope(answer: &str) -> Option<Result<Obj, (String, String)>> {
     let answer: Envelope = serde_json::from_str(answer).ok()?;
     // The documentation's own examples spell `success` both as `true` and
@@ -311,6 +310,8 @@ mod tests {
     #[test]
     fn answers_out_of_shape_are_asked_again() {
         assert!(envelope("<html>busy</html>").is_none());
+        assert!(envelope(r#"{"success":true,"obj":"#).is_none());
+        assert_eq!(envelope("[]").unwrap().unwrap_err().0, "unknown");
         let no_obj = envelope(r#"{"success":true}"#).unwrap().unwrap();
         assert!(matches!(
             read_profiles(&no_obj),
