@@ -17,7 +17,8 @@
 //!
 //! Every request carries `RT-AccessCode`, `RT-Timestamp` (ms), `RT-RequestID`
 //! and `RT-Signature` = hex HMAC-SHA256(secret, timestamp + request id +
-//! access code + body), and passes the node's [`RateGate`] first.
+//! access code + body), and passes the node's [`RateGate`] first. Answers
+//! are read in `parse.rs`.
 
 use std::{sync::Arc, time::Duration};
 
@@ -101,10 +102,15 @@ fn classified(path: &str, code: &str, message: &str) -> SupplierError {
 
 /// The HTTP client of the supplier.
 pub struct EsimAccessClient {
+    /// The API's root, without a trailing slash.
     base_url: String,
+    /// The account's access code (`RT-AccessCode`).
     access_code: SecretString,
+    /// The secret every request is signed with.
     secret: SecretString,
+    /// The HTTP client, with the configured time-out.
     http: reqwest::Client,
+    /// The node's gate for this supplier's rate limit.
     gate: Arc<RateGate>,
 }
 
