@@ -93,11 +93,15 @@ funded_key() { # prints a live key's secret of a new gold partner with a large f
   operator POST "/partners/$id/keys" '{"mode":"live","label":"wrk"}' | jq -r .secret
 }
 cpu_ticks() { awk '{print $14+$15}' "/proc/$server/stat"; }
-# PostgreSQL's own CPU (every postgres process alive now: the server's
-# connections, the writers, the checkpointer), in clock ticks.
+# PostgreSQL's own CPU in clock ticks: every postgres process alive now
+# (the server's connections, the writers, the checkpointer), plus what its
+# ended processes used (an autovacuum worker, a connection the pool closed),
+# which the kernel adds to the postmaster's children's time when it reaps
+# them. Without the latter, a process that ended during a drive took its
+# CPU out of the sum.
 pg_ticks() {
   local total=0 pid
-  for pid in $(pgrep -x postgres); do total=$((total + $(awk '{print $14+$15}' "/proc/$pid/stat" 2>/dev/null || echo 0))); done
+  for pid in $(pgrep -x postgres); do total=$((total + $(awk '{print $14+$15+$16+$17}' "/proc/$pid/stat" 2>/dev/null || echo 0))); done
   echo "$total"
 }
 # The machine's CPU ticks: all of them, and those idle or waiting for the
