@@ -22,6 +22,7 @@ mod healing;
 mod health;
 mod helpers;
 mod lifecycle;
+mod listings;
 mod me;
 mod metrics;
 mod openapi;
