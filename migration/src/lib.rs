@@ -14,7 +14,6 @@ mod m20261125_000007_nodes;
 mod m20261125_000008_review_amounts;
 mod m20261125_000009_suppliers;
 mod m20261126_000010_operators;
-mod m20261129_000011_partner_listings;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -33,7 +32,6 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000008_review_amounts::Migration),
             Box::new(m20261125_000009_suppliers::Migration),
             Box::new(m20261126_000010_operators::Migration),
-            Box::new(m20261129_000011_partner_listings::Migration),
         ]
     }
 }

@@ -162,12 +162,6 @@ impl Application {
                 stop.clone(),
             )));
         }
-        if store::listings::in_tables(&state.db) {
-            loops.push(tokio::spawn(move_listings_until_stopped(
-                state.db.clone(),
-                stop.clone(),
-            )));
-        }
         if let Some(every) = self.tuning.deposit_reconcile {
             loops.push(tokio::spawn(crate::deposits::reconcile_until_stopped(
                 state.deposits.clone(),
@@ -285,7 +279,6 @@ async fn render_metrics(State(state): State<AppState>) -> axum::response::Respon
         inline_reads: state.inline_reads.as_ref().map(|reader| reader.counts()),
         gathered_reads: state.float_reads.counts(),
         write_gate: store::write_gate_use(&state.db),
-        listing_waiting: store::listings::waiting(&state.db).await.ok().flatten(),
     })
 }
 
@@ -298,24 +291,6 @@ async fn beat_until_stopped(state: AppState, heartbeat: Heartbeat, stop: Cancell
             store::nodes::beat(&state.db, &state.node_id, heartbeat.started_at, now).await
         {
             tracing::warn!(error = %err, node_id = %state.node_id, "heartbeat not recorded");
-        }
-    })
-    .await;
-}
-
-/// Moves the orders and profiles a SQLite file's partner listings hold as
-/// recent rows into the listings proper, every
-/// [`store::listings::MOVE_EVERY`], until `stop`. A pass that fails is
-/// logged and the next one tries again: the rows stay listed meanwhile,
-/// from the recent tables.
-async fn move_listings_until_stopped(db: store::Db, stop: CancellationToken) {
-    crate::periodic::every(store::listings::MOVE_EVERY, &stop, || async {
-        match store::listings::move_recent(&db).await {
-            Ok(moved) => crate::metrics::listing_rows_moved(moved),
-            Err(err) => tracing::warn!(
-                error = %err,
-                "recent rows not moved into the partner listings; the next pass tries again"
-            ),
         }
     })
     .await;

@@ -24,10 +24,6 @@ pub(crate) const DB_WAL_RESTARTS: &str = "esim_db_wal_restarts_total";
 pub(crate) const DB_WRITE_GATE_TURNS: &str = "esim_db_write_gate_turns_total";
 /// Microseconds those turns held the gate, summed.
 pub(crate) const DB_WRITE_GATE_HELD: &str = "esim_db_write_gate_held_microseconds_total";
-/// Rows waiting in the SQLite file's recent listing tables.
-pub(crate) const DB_LISTING_WAITING: &str = "esim_db_listing_waiting_rows";
-/// Rows moved from the recent listing tables into the listings.
-pub(crate) const DB_LISTING_MOVED: &str = "esim_db_listing_moved_rows_total";
 
 /// The database: the pool, gathered and inline reads, inline writes, the
 /// WAL, the write gate.
@@ -69,14 +65,6 @@ pub(super) fn describe_database() {
         DB_WRITE_GATE_HELD,
         "Microseconds the SQLite file's write gate was held, summed over its turns: a rate near 1,000,000 per second means the one writer at a time bounds the writes."
     );
-    describe_gauge!(
-        DB_LISTING_WAITING,
-        "Orders and profiles of the SQLite file not yet moved from the recent listing tables into the partner listings (moved every 250 ms; listed either way)."
-    );
-    describe_counter!(
-        DB_LISTING_MOVED,
-        "Orders and profiles moved from the SQLite file's recent listing tables into the partner listings, sorted by partner."
-    );
     describe_histogram!(
         DB_INLINE_COMMIT_WRITES,
         "Writes carried per inline SQLite transaction: the order-path writers' writes queued together share one commit and one fsync."
@@ -86,11 +74,6 @@ pub(super) fn describe_database() {
 /// One inline write's outcome: `committed`, `refused` (rolled back) or `fell_back` (to the pool).
 pub(crate) fn inline_write(writer: &'static str, outcome: &'static str) {
     counter!(DB_INLINE_WRITES, "writer" => writer, "outcome" => outcome).increment(1);
-}
-
-/// Rows moved into the SQLite file's partner listings by one pass.
-pub(crate) fn listing_rows_moved(rows: u64) {
-    counter!(DB_LISTING_MOVED).increment(rows);
 }
 
 /// One inline transaction committed with `writes` writes (one fsync for all).

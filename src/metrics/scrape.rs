@@ -10,8 +10,8 @@ use metrics::{counter, gauge};
 
 use super::{
     ACTOR_MAILBOX_MAX, ACTOR_MAILBOX_MESSAGES, ACTORS_LIVE, CONTENT_TYPE, DB_GATHERED_READS,
-    DB_GATHERED_ROUNDS, DB_INLINE_READS, DB_LISTING_WAITING, DB_POOL_CONNECTIONS, DB_POOL_MAX,
-    DB_WRITE_GATE_HELD, DB_WRITE_GATE_TURNS, install,
+    DB_GATHERED_ROUNDS, DB_INLINE_READS, DB_POOL_CONNECTIONS, DB_POOL_MAX, DB_WRITE_GATE_HELD,
+    DB_WRITE_GATE_TURNS, install,
 };
 use crate::store::{GateUse, PoolUse, gathered::GatheredCounts, inline::InlineReadCounts};
 
@@ -32,8 +32,6 @@ pub(crate) struct ScrapeGauges {
     pub gathered_reads: GatheredCounts,
     /// The SQLite file's write gate: turns taken and how long they held it.
     pub write_gate: Option<GateUse>,
-    /// Rows waiting in the SQLite file's recent listing tables.
-    pub listing_waiting: Option<u64>,
 }
 
 /// The body of `GET /metrics`: the scrape-time gauges, then every series as
@@ -61,9 +59,6 @@ pub(crate) fn render(gauges: ScrapeGauges) -> Response {
         counter!(DB_WRITE_GATE_TURNS).absolute(gate.turns);
         let held = u64::try_from(gate.held.as_micros()).unwrap_or(u64::MAX);
         counter!(DB_WRITE_GATE_HELD).absolute(held);
-    }
-    if let Some(waiting) = gauges.listing_waiting {
-        gauge!(DB_LISTING_WAITING).set(waiting as f64);
     }
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],

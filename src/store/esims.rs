@@ -7,7 +7,6 @@ use sea_orm::{
     QuerySelect,
 };
 
-use super::listings;
 use crate::domain::{partner::Mode, states::EsimStatus};
 
 /// A profile of a partner in a mode.
@@ -43,11 +42,6 @@ pub(crate) async fn list<C: ConnectionTrait>(
     mode: Mode,
     query: &EsimQuery,
 ) -> Result<Vec<esim::Model>, DbErr> {
-    if listings::in_tables(db) {
-        let statement =
-            listings::page_statement(&listings::ESIMS, partner_id, mode.as_str(), &page_of(query));
-        return esim::Entity::find().from_raw_sql(statement).all(db).await;
-    }
     let mut select = esim::Entity::find()
         .filter(esim::Column::PartnerId.eq(partner_id))
         .filter(esim::Column::Mode.eq(mode.as_str()));
@@ -75,22 +69,4 @@ pub(crate) async fn list<C: ConnectionTrait>(
         .limit(query.limit)
         .all(db)
         .await
-}
-
-/// The same filters as a page of the listing tables (SQLite).
-fn page_of(query: &EsimQuery) -> listings::Page {
-    let mut page = listings::Page::new(query.limit);
-    if let Some(order_id) = &query.order_id {
-        page = page.row_equals("order_id", order_id.as_str());
-    }
-    if let Some(status) = query.status {
-        page = page.row_equals("status", status.as_str());
-    }
-    if let Some(after) = query.created_after {
-        page = page.created(listings::Bound::After, after);
-    }
-    if let Some((at, iccid)) = &query.before {
-        page = page.before("iccid", (*at).into(), iccid.as_str().into());
-    }
-    page
 }

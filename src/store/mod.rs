@@ -44,7 +44,6 @@ pub mod gathered;
 pub mod inline;
 pub mod inline_write;
 pub(crate) mod keys;
-pub mod listings;
 pub mod nodes;
 pub mod operators;
 pub mod orders;

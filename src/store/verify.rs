@@ -10,8 +10,7 @@
 //! - every order has `quantity` units; a live order's purchase row is minus
 //!   its total and its refund rows add up to `refunded_cents`, which is the
 //!   unit price times its refunded units; a completed order has every unit
-//!   delivered;
-//! - every order and profile is listed for its partner exactly once.
+//!   delivered.
 
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, Statement};
 
@@ -84,43 +83,6 @@ const CHECKS: &[Check] = &[
     },
 ];
 
-/// The partner listings' checks (files written since the listing tables
-/// came, [`super::listings`]): every order and profile is in its partner's
-/// listing or among the recent rows, and in nothing else.
-const LISTING_CHECKS: &[Check] = &[
-    Check {
-        broken: "an order is missing from its partner's listing",
-        sql: "SELECT o.id FROM orders o LEFT JOIN order_listing l \
-              ON l.partner_id = o.partner_id AND l.mode = o.mode \
-              AND l.created_at = o.created_at AND l.id = o.id \
-              WHERE l.id IS NULL AND o.id NOT IN (SELECT id FROM order_listing_recent) LIMIT 1",
-    },
-    Check {
-        broken: "the partner listings hold more orders than there are",
-        sql: "SELECT 'listed ' || ((SELECT COUNT(*) FROM order_listing) \
-              + (SELECT COUNT(*) FROM order_listing_recent)) || ', stored ' \
-              || (SELECT COUNT(*) FROM orders) \
-              WHERE (SELECT COUNT(*) FROM order_listing) \
-              + (SELECT COUNT(*) FROM order_listing_recent) != (SELECT COUNT(*) FROM orders)",
-    },
-    Check {
-        broken: "a profile is missing from its partner's listing",
-        sql: "SELECT e.iccid FROM esims e LEFT JOIN esim_listing l \
-              ON l.partner_id = e.partner_id AND l.mode = e.mode \
-              AND l.created_at = e.created_at AND l.iccid = e.iccid \
-              WHERE l.iccid IS NULL AND e.iccid NOT IN (SELECT iccid FROM esim_listing_recent) \
-              LIMIT 1",
-    },
-    Check {
-        broken: "the partner listings hold more profiles than there are",
-        sql: "SELECT 'listed ' || ((SELECT COUNT(*) FROM esim_listing) \
-              + (SELECT COUNT(*) FROM esim_listing_recent)) || ', stored ' \
-              || (SELECT COUNT(*) FROM esims) \
-              WHERE (SELECT COUNT(*) FROM esim_listing) \
-              + (SELECT COUNT(*) FROM esim_listing_recent) != (SELECT COUNT(*) FROM esims)",
-    },
-];
-
 /// Opens a SQLite file read-only (nothing is created or changed).
 pub async fn open_read_only(path: &str) -> Result<DatabaseConnection, DbErr> {
     Database::connect(format!("sqlite://{path}?mode=ro")).await
@@ -161,11 +123,7 @@ pub async fn integrity<C: ConnectionTrait>(db: &C) -> Result<Option<String>, DbE
 /// The first money invariant the database breaks, named with the row that
 /// breaks it; `None` when every one holds.
 pub async fn first_violation<C: ConnectionTrait>(db: &C) -> Result<Option<String>, DbErr> {
-    let listed: &[Check] = match has_listings(db).await? {
-        true => LISTING_CHECKS,
-        false => &[],
-    };
-    for check in CHECKS.iter().chain(listed) {
+    for check in CHECKS {
         let row = db
             .query_one_raw(Statement::from_string(DbBackend::Sqlite, check.sql))
             .await?;
@@ -175,18 +133,6 @@ pub async fn first_violation<C: ConnectionTrait>(db: &C) -> Result<Option<String
         }
     }
     Ok(None)
-}
-
-/// Whether the file has the partner listing tables (a copy taken before
-/// they came has the indexes instead, and nothing of theirs to check).
-async fn has_listings<C: ConnectionTrait>(db: &C) -> Result<bool, DbErr> {
-    let row = db
-        .query_one_raw(Statement::from_string(
-            DbBackend::Sqlite,
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'order_listing'",
-        ))
-        .await?;
-    Ok(row.is_some())
 }
 
 /// How many orders and partners the database holds.

@@ -22,7 +22,6 @@ mod healing;
 mod health;
 mod helpers;
 mod lifecycle;
-mod listings;
 mod me;
 mod metrics;
 mod openapi;

@@ -14,7 +14,7 @@ use sea_orm::{
     sea_query::{Expr, ExprTrait},
 };
 
-use super::{Db, bulk, listings, nodes, write_alone};
+use super::{Db, bulk, nodes, write_alone};
 use crate::domain::{
     ids::LedgerEntryId,
     order::{self as rules, FailureCode, OrderStatus, UnitStatus},
@@ -168,15 +168,6 @@ pub async fn list_orders<C: ConnectionTrait>(
     mode: Mode,
     query: &OrderQuery,
 ) -> Result<Vec<order::Model>, DbErr> {
-    if listings::in_tables(db) {
-        let statement = listings::page_statement(
-            &listings::ORDERS,
-            partner_id,
-            mode.as_str(),
-            &page_of(query),
-        );
-        return order::Entity::find().from_raw_sql(statement).all(db).await;
-    }
     let mut select = order::Entity::find()
         .filter(order::Column::PartnerId.eq(partner_id))
         .filter(order::Column::Mode.eq(mode));
@@ -204,24 +195,6 @@ pub async fn list_orders<C: ConnectionTrait>(
         .limit(query.limit)
         .all(db)
         .await
-}
-
-/// The same filters as a page of the listing tables (SQLite).
-fn page_of(query: &OrderQuery) -> listings::Page {
-    let mut page = listings::Page::new(query.limit);
-    if let Some(status) = query.status {
-        page = page.row_equals("status", status.as_str());
-    }
-    if let Some(after) = query.created_after {
-        page = page.created(listings::Bound::After, after);
-    }
-    if let Some(before) = query.created_before {
-        page = page.created(listings::Bound::Before, before);
-    }
-    if let Some((at, id)) = &query.before {
-        page = page.before("id", (*at).into(), id.as_str().into());
-    }
-    page
 }
 
 /// The units of an order, in order.
