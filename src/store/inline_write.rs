@@ -26,11 +26,18 @@
 //! call counted before it is sent, the order number, the final status) made
 //! several hundred a second, each holding the gate through it. So a write is
 //! queued first; whichever writer then takes the gate runs every write
-//! queued by then in one transaction, each inside a savepoint of its own
-//! (a write that refuses, or fails, rolls back alone and is answered as if
-//! it had run by itself), and commits once: one fsync for all of them. A
-//! writer whose write was run by another finds its answer without taking
-//! the gate.
+//! queued by then in one transaction and commits once: one fsync for all of
+//! them. A writer whose write was run by another finds its answer without
+//! taking the gate. The writes run one after another with no savepoint
+//! between them: a savepoint makes SQLite copy every page its write then
+//! touches (the statement journal, 4 KiB a page, a dozen pages an order),
+//! so that the write could be undone alone, and the writes of this path
+//! almost never need that (a guard firing on a float or a key, a unit
+//! taken by another pass). When one does refuse, or fails, the whole
+//! transaction rolls back: the writes that ran before it are answered
+//! `Unavailable`, so their callers write through the pool, as after a
+//! failed commit, and the writes after it run in a new transaction
+//! ([`run_together`]).
 //!
 //! The connection is set up as the pool's are (WAL, `synchronous=FULL`,
 //! foreign keys), so what it commits is as durable and as checked as what
@@ -126,9 +133,8 @@ struct InlineFile {
     checkpoints: Checkpoints,
 }
 
-/// A queued write: run on the connection inside the transaction (its
-/// savepoint is the runner's), or abandoned with the reason (answered
-/// `Unavailable`, nothing run). `Some` when it ran and keeps its writes:
+/// A queued write: run on the connection inside the runner's transaction,
+/// or abandoned with the reason (answered `Unavailable`, nothing run). `Some` when it ran and keeps its writes:
 /// what to answer once the commit's outcome is known.
 type Job = Box<dyn FnOnce(Result<&Connection, &DbErr>) -> Option<Settle> + Send>;
 
@@ -275,14 +281,12 @@ impl InlineFile {
         let connection = lock(&self.connection);
         self.checkpoints.before_transaction(&connection);
         WAL_PAGES.set(-1);
-        if let Some(writes) = run_together(&connection, jobs) {
-            commits(writes);
-        }
+        run_together(&connection, jobs, commits);
         self.checkpoints.after_commit(WAL_PAGES.get());
     }
 }
 
-/// A write made ready to queue: `work`, its savepoint's outcome and its answer.
+/// A write made ready to queue: `work`, what it keeps and its answer.
 fn job<T, E>(
     work: impl FnOnce(&Connection) -> Result<T, InlineFailed<E>> + Send + 'static,
     answer: oneshot::Sender<Result<T, InlineFailed<E>>>,
@@ -306,7 +310,7 @@ where
                     .map_err(|err| InlineFailed::Unavailable(err.clone()));
                 let _ = answer.send(answered);
             }) as Settle),
-            // Rolled back to its savepoint by the runner: nothing of it stays.
+            // The runner rolls the transaction back: nothing of it stays.
             Err(failed) => {
                 let _ = answer.send(Err(failed));
                 None
@@ -327,45 +331,83 @@ fn received<T, E>(
     })
 }
 
-/// Runs `jobs` in one transaction, each in a savepoint of its own, and
-/// commits once; every write is answered. The number of writes committed,
-/// if the transaction committed any.
-fn run_together(connection: &Connection, jobs: Vec<Job>) -> Option<usize> {
-    if let Err(err) = begin(connection) {
-        abandon(jobs, &err);
-        return None;
+/// Runs `jobs` in as few transactions as their outcomes allow and answers
+/// every write. The writes run one after another, outside any savepoint,
+/// and commit together: a savepoint copies every page its write touches
+/// (SQLite's statement journal), so that a write which refuses can be
+/// undone alone, which costs each write the copy when refusals are rare.
+/// When a write does not keep its writes (it refused, or failed), the
+/// transaction is rolled back: the writes kept before it in this
+/// transaction are answered `Unavailable` and their callers write through
+/// the pool, as they do when a commit fails; the writes after it run in a
+/// new transaction. The number of writes committed is counted per commit.
+fn run_together(connection: &Connection, jobs: Vec<Job>, commits: fn(usize)) {
+    let mut jobs = jobs.into_iter().peekable();
+    while jobs.peek().is_some() {
+        if let Err(err) = begin(connection) {
+            abandon(jobs.collect(), &err);
+            return;
+        }
+        match run_while_kept(connection, &mut jobs) {
+            Ran::All(kept) => commit(connection, kept, commits),
+            Ran::Stopped(kept) => {
+                let _ = connection.execute_batch("ROLLBACK");
+                let why = DbErr::Custom(
+                    "inline write: rolled back with a write of its transaction that refused or failed"
+                        .into(),
+                );
+                settle_all(kept, Err(&why));
+            }
+            Ran::Lost => return,
+        }
     }
-    let mut kept: Vec<Settle> = Vec::with_capacity(jobs.len());
-    let mut jobs = jobs.into_iter();
+}
+
+/// What became of the writes run in one transaction.
+enum Ran {
+    /// Every write ran and kept its writes: to commit.
+    All(Vec<Settle>),
+    /// A write refused or failed (it is answered already); those kept
+    /// before it are to be rolled back with it.
+    Stopped(Vec<Settle>),
+    /// The transaction was lost and every write answered.
+    Lost,
+}
+
+/// Runs writes from `jobs` in the open transaction until one does not keep
+/// its writes or none are left.
+fn run_while_kept(connection: &Connection, jobs: &mut impl Iterator<Item = Job>) -> Ran {
+    let mut kept: Vec<Settle> = Vec::new();
     while let Some(job) = jobs.next() {
-        if let Err(err) = savepoint(connection) {
+        if connection.is_autocommit() {
+            let why = DbErr::Custom("inline write: the transaction ended under a write".into());
             lose(
                 connection,
                 kept,
                 std::iter::once(job).chain(jobs).collect(),
-                &err,
+                &why,
             );
-            return None;
+            return Ran::Lost;
         }
-        let end = match job(Ok(connection)) {
-            Some(settle) => {
-                kept.push(settle);
-                "RELEASE write"
-            }
-            None => "ROLLBACK TO write; RELEASE write",
-        };
-        if let Err(err) = connection.execute_batch(end).map_err(db_err) {
-            lose(connection, kept, jobs.collect(), &err);
-            return None;
+        match job(Ok(connection)) {
+            Some(settle) => kept.push(settle),
+            None => return Ran::Stopped(kept),
         }
     }
+    Ran::All(kept)
+}
+
+/// Commits the open transaction and answers the writes it kept.
+fn commit(connection: &Connection, kept: Vec<Settle>, commits: fn(usize)) {
     let committed = connection.execute_batch("COMMIT").map_err(db_err);
     if committed.is_err() {
         let _ = connection.execute_batch("ROLLBACK");
     }
     let writes = kept.len();
     settle_all(kept, committed.as_ref().map(|_| ()));
-    committed.ok().filter(|()| writes > 0).map(|()| writes)
+    if committed.is_ok() && writes > 0 {
+        commits(writes);
+    }
 }
 
 /// `BEGIN IMMEDIATE`, after ending a transaction a failed rollback left open.
@@ -374,16 +416,6 @@ fn begin(connection: &Connection) -> Result<(), DbErr> {
         connection.execute_batch("ROLLBACK").map_err(db_err)?;
     }
     connection.execute_batch("BEGIN IMMEDIATE").map_err(db_err)
-}
-
-/// A savepoint for the next write; it fails if the transaction is gone.
-fn savepoint(connection: &Connection) -> Result<(), DbErr> {
-    if connection.is_autocommit() {
-        return Err(DbErr::Custom(
-            "inline write: the transaction ended under a write".into(),
-        ));
-    }
-    connection.execute_batch("SAVEPOINT write").map_err(db_err)
 }
 
 /// The transaction is lost (SQLite ended it, or it cannot go on): nothing
@@ -1221,61 +1253,116 @@ mod tests {
         assert_eq!(counted, ["committed", "refused", "fell_back"]);
     }
 
+    /// The answers to `writes` (writer, key, cents), queued while the turn
+    /// is held elsewhere and then run by one writer, in order.
+    async fn run_queued_together(
+        db: &Db,
+        partner_id: &str,
+        counts: Counts,
+        writes: [(&'static str, &str, i64); 3],
+    ) -> Vec<Result<Vec<crate::store::orders::Balances>, InlineFailed<Turned>>> {
+        let orders = Arc::new(InlineWriter::for_db(db, "orders", counts).unwrap());
+        let deliveries = Arc::new(InlineWriter::for_db(db, "deliveries", counts).unwrap());
+        assert!(
+            Arc::ptr_eq(&orders.file, &deliveries.file),
+            "the writers of one file share its connection"
+        );
+        let gate = write_gate(db).unwrap();
+        let held = take_turn(&gate).await.unwrap();
+        let mut running = Vec::new();
+        for (name, key, cents) in writes {
+            let writer = if name == "orders" {
+                &orders
+            } else {
+                &deliveries
+            }
+            .clone();
+            let batch = batch_of(partner_id, key, cents);
+            running.push(tokio::spawn(async move {
+                writer.transaction(accept(&batch)).await
+            }));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while lock(&orders.file.queued).len() < writes.len() {
+            assert!(std::time::Instant::now() < deadline, "every write queued");
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        let mut answers = Vec::new();
+        for write in running {
+            answers.push(write.await.unwrap());
+        }
+        answers
+    }
+
     static COMMITTED_TOGETHER: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
 
     /// Writes queued while another writer holds the turn run in one
-    /// transaction with one commit; a write whose guard fires inside it rolls
-    /// back alone, and the others' writes stay.
+    /// transaction with one commit, each seeing the ones before it.
     #[tokio::test]
-    async fn writes_queued_together_share_one_commit_and_refuse_alone() {
+    async fn writes_queued_together_share_one_commit() {
         let (_dir, db, partner_id) = funded_partner("inline-together.db").await;
         let counts = Counts {
             commit: |writes| COMMITTED_TOGETHER.lock().unwrap().push(writes),
             ..Counts::NONE
         };
-        let orders = Arc::new(InlineWriter::for_db(&db, "orders", counts).unwrap());
-        let deliveries = Arc::new(InlineWriter::for_db(&db, "deliveries", counts).unwrap());
-        assert!(
-            Arc::ptr_eq(&orders.file, &deliveries.file),
-            "the writers of one file share its connection"
-        );
-        let gate = write_gate(&db).unwrap();
-        let held = take_turn(&gate).await.unwrap();
-        let mut writes = Vec::new();
-        for (writer, key, cents) in [
-            (&orders, "t1", 1_000),
-            (&deliveries, "t2", 50_000),
-            (&orders, "t3", 2_000),
-        ] {
-            let (writer, batch) = (writer.clone(), batch_of(&partner_id, key, cents));
-            writes.push(tokio::spawn(async move {
-                writer.transaction(accept(&batch)).await
-            }));
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while lock(&orders.file.queued).len() < 3 {
-            assert!(std::time::Instant::now() < deadline, "three writes queued");
-            tokio::task::yield_now().await;
-        }
-        drop(held);
-        let mut answers = Vec::new();
-        for write in writes {
-            answers.push(write.await.unwrap());
-        }
+        let writes = [
+            ("orders", "t1", 1_000),
+            ("deliveries", "t2", 500),
+            ("orders", "t3", 2_000),
+        ];
+        let answers = run_queued_together(&db, &partner_id, counts, writes).await;
 
         assert_eq!(answers[0].as_ref().unwrap(), &vec![(None, Some(9_000))]);
+        assert_eq!(answers[1].as_ref().unwrap(), &vec![(None, Some(8_500))]);
+        assert_eq!(answers[2].as_ref().unwrap(), &vec![(None, Some(6_500))]);
+        assert_eq!(
+            *COMMITTED_TOGETHER.lock().unwrap(),
+            [3],
+            "one commit of three writes"
+        );
+        assert_eq!(sandbox_balance(&db, &partner_id).await, 6_500);
+        assert_eq!(orders_of(&db, &partner_id).await, 3);
+    }
+
+    static COMMITTED_AFTER_REFUSAL: std::sync::Mutex<Vec<usize>> =
+        std::sync::Mutex::new(Vec::new());
+
+    /// A write that refuses inside a shared transaction takes it back whole:
+    /// the write before it is answered `Unavailable` (its caller writes
+    /// through the pool), nothing of either stays, and the write after it
+    /// commits in a transaction of its own.
+    #[tokio::test]
+    async fn a_refused_write_rolls_back_the_writes_before_it_and_not_those_after() {
+        let (_dir, db, partner_id) = funded_partner("inline-refused-together.db").await;
+        let counts = Counts {
+            commit: |writes| COMMITTED_AFTER_REFUSAL.lock().unwrap().push(writes),
+            ..Counts::NONE
+        };
+        let writes = [
+            ("orders", "t1", 1_000),
+            ("deliveries", "t2", 50_000),
+            ("orders", "t3", 2_000),
+        ];
+        let answers = run_queued_together(&db, &partner_id, counts, writes).await;
+
+        assert!(
+            matches!(answers[0], Err(InlineFailed::Unavailable(_))),
+            "rolled back with the refusal: {:?}",
+            answers[0]
+        );
         assert!(
             matches!(answers[1], Err(InlineFailed::Refused(_))),
             "the float cannot pay it: {:?}",
             answers[1]
         );
-        assert_eq!(answers[2].as_ref().unwrap(), &vec![(None, Some(7_000))]);
+        assert_eq!(answers[2].as_ref().unwrap(), &vec![(None, Some(8_000))]);
         assert_eq!(
-            *COMMITTED_TOGETHER.lock().unwrap(),
-            [2],
-            "one commit of two writes"
+            *COMMITTED_AFTER_REFUSAL.lock().unwrap(),
+            [1],
+            "one commit, of the write after"
         );
-        assert_eq!(sandbox_balance(&db, &partner_id).await, 7_000);
-        assert_eq!(orders_of(&db, &partner_id).await, 2);
+        assert_eq!(sandbox_balance(&db, &partner_id).await, 8_000);
+        assert_eq!(orders_of(&db, &partner_id).await, 1);
     }
 }
