@@ -134,8 +134,9 @@ struct InlineFile {
 }
 
 /// A queued write: run on the connection inside the runner's transaction,
-/// or abandoned with the reason (answered `Unavailable`, nothing run). `Some` when it ran and keeps its writes:
-/// what to answer once the commit's outcome is known.
+/// or abandoned with the reason (answered `Unavailable`, nothing run).
+/// `Some` when it ran and keeps its writes: what to answer once the
+/// commit's outcome is known.
 type Job = Box<dyn FnOnce(Result<&Connection, &DbErr>) -> Option<Settle> + Send>;
 
 /// Answers a write that kept its writes, with the outcome of the commit.
@@ -333,9 +334,9 @@ fn received<T, E>(
 
 /// Runs `jobs` in as few transactions as their outcomes allow and answers
 /// every write. The writes run one after another, outside any savepoint,
-/// and commit together: a savepoint copies every page its write touches
-/// (SQLite's statement journal), so that a write which refuses can be
-/// undone alone, which costs each write the copy when refusals are rare.
+/// and commit together: a savepoint would copy every page its write
+/// touches (SQLite's statement journal) so that the write could be undone
+/// alone, a cost every write would pay for refusals that almost never come.
 /// When a write does not keep its writes (it refused, or failed), the
 /// transaction is rolled back: the writes kept before it in this
 /// transaction are answered `Unavailable` and their callers write through
