@@ -10,7 +10,8 @@
 #                               default settings (only the limits lifted), with the
 #                               simulators in their own process (`simulate`)
 #   scripts/bench.sh profile    the same load (PROFILE_PARTNERS partners, 100) under
-#                               perf: where the time goes
+#                               perf: where the time goes (CALL_GRAPH=dwarf for
+#                               whole call stacks)
 #
 # PARTNER_COUNTS="1 100" and DATABASES=sqlite (or postgres) run a part of it.
 set -euo pipefail
@@ -180,7 +181,11 @@ profile_orders() {
     if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi
     start_default_server "$url"
     keys=$(keys_file "${PROFILE_PARTNERS:-100}")
-    perf record -F 499 -g -p "$server" -o "$work/perf-$kind.data" -- sleep "$DURATION" 2>/dev/null &
+    # Frame pointers (the default) stop at the first Rust frame of a release
+    # build; CALL_GRAPH=dwarf unwinds whole stacks, at 199 Hz to keep the file small.
+    local sampling=(-F 499 -g)
+    if [ "${CALL_GRAPH:-}" = dwarf ]; then sampling=(-F 199 --call-graph dwarf,32768); fi
+    perf record "${sampling[@]}" -p "$server" -o "$work/perf-$kind.data" -- sleep "$DURATION" 2>/dev/null &
     local recorder=$!
     KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1
     wait "$recorder" || true
