@@ -4,11 +4,17 @@
 //! A multi-row `INSERT .. VALUES (..), (..)` or an `IN (?, ?, ..)` list has a
 //! different text for every size, which defeats the driver's statement cache
 //! and, past a size, the databases' bind-parameter limits. Here the rows (or
-//! the ids) travel as one JSON array in one parameter and the database
-//! unpacks it: `jsonb_each` (rows) and `json_each` (ids) on SQLite,
-//! `jsonb_to_recordset` / `jsonb_array_elements_text` on PostgreSQL. The
-//! column list and types come from the entity definition, so the statement
-//! cannot drift from the schema.
+//! the ids) travel in a fixed number of parameters and the database unpacks
+//! them: on SQLite one JSON array (`jsonb_each` for rows, `json_each` for
+//! ids); on PostgreSQL rows as one array per column (`unnest($1::text[],
+//! $2::bigint[], ..)`) and ids as one JSON array
+//! (`jsonb_array_elements_text`). The column list and types come from the
+//! entity definition, so the statement cannot drift from the schema.
+//!
+//! PostgreSQL's rows went as one JSON document (`jsonb_to_recordset`) until
+//! a profile put about a sixth of its CPU in parsing that document and
+//! looking each cell up by name; an array per column is read once, element
+//! by element, and cost measurably less per order.
 //!
 //! Rows go through `jsonb_each` rather than `json_each`: the latter hands
 //! each row over as JSON text, and every `value ->> 'column'` then parses
@@ -43,12 +49,11 @@ pub(crate) fn insert_statement<E: EntityTrait>(
     if models.is_empty() {
         return Ok(None);
     }
-    let rows = rows_json::<E>(models)?;
     let sql = insert_sql::<E>(backend);
     Ok(Some(Statement::from_sql_and_values(
         backend,
         sql,
-        [Value::from(rows)],
+        rows_values::<E>(backend, models)?,
     )))
 }
 
@@ -79,11 +84,10 @@ pub(crate) fn insert_new_statement<E: EntityTrait>(
         "{}{filler} ON CONFLICT ({columns}) DO NOTHING RETURNING {columns}",
         insert_sql::<E>(backend)
     );
-    let rows = rows_json::<E>(models)?;
     Ok(Some(Statement::from_sql_and_values(
         backend,
         sql,
-        [Value::from(rows)],
+        rows_values::<E>(backend, models)?,
     )))
 }
 
@@ -194,14 +198,15 @@ fn insert_sql<E: EntityTrait>(backend: DbBackend) -> String {
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
-            let shape = columns
+            let arrays = columns
                 .iter()
-                .map(|(name, ty)| format!("\"{name}\" {}", pg_type(ty)))
+                .enumerate()
+                .map(|(i, (_, ty))| format!("${}::{}[]", i + 1, pg_type(ty)))
                 .collect::<Vec<_>>()
                 .join(", ");
             format!(
                 "INSERT INTO \"{table}\" ({names}) SELECT {picks} \
-                 FROM jsonb_to_recordset($1::jsonb) AS r({shape})"
+                 FROM unnest({arrays}) AS r({names})"
             )
         }
         _ => {
@@ -243,6 +248,77 @@ fn pg_type(ty: &ColumnType) -> &'static str {
         ColumnType::Boolean => "boolean",
         _ => "text",
     }
+}
+
+/// The parameters of [`insert_sql`]'s statement: the rows as one JSON
+/// array (SQLite) or one array per column (PostgreSQL).
+fn rows_values<E: EntityTrait>(
+    backend: DbBackend,
+    models: &[E::Model],
+) -> Result<Vec<Value>, DbErr> {
+    match backend {
+        DbBackend::Postgres => columns_arrays::<E>(models),
+        _ => Ok(vec![Value::from(rows_json::<E>(models)?)]),
+    }
+}
+
+/// One PostgreSQL array literal per column, in column order, each passed as
+/// text and cast by the statement (`$n::bigint[]`). Text rather than a bound
+/// array: the driver's array binding has no place for a NULL element.
+fn columns_arrays<E: EntityTrait>(models: &[E::Model]) -> Result<Vec<Value>, DbErr> {
+    E::Column::iter()
+        .map(|column| {
+            let mut out = String::with_capacity(2 + models.len() * 24);
+            out.push('{');
+            for (i, model) in models.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_element(&mut out, model.get(column))?;
+            }
+            out.push('}');
+            Ok(Value::from(out))
+        })
+        .collect()
+}
+
+/// One element of an array literal: `NULL`, or the value's text in double
+/// quotes with `"` and `\\` escaped, which PostgreSQL reads back as that
+/// text whatever it holds (commas, braces, spaces, the word NULL).
+fn write_element(out: &mut String, value: Value) -> Result<(), DbErr> {
+    let text = match value {
+        Value::String(Some(s)) => s,
+        Value::Int(Some(n)) => n.to_string(),
+        Value::BigInt(Some(n)) => n.to_string(),
+        Value::SmallInt(Some(n)) => n.to_string(),
+        Value::Bool(Some(b)) => b.to_string(),
+        Value::ChronoDateTimeUtc(Some(t)) => timestamp(&t),
+        Value::Json(Some(j)) => j.to_string(),
+        Value::String(None)
+        | Value::Int(None)
+        | Value::BigInt(None)
+        | Value::SmallInt(None)
+        | Value::Bool(None)
+        | Value::ChronoDateTimeUtc(None)
+        | Value::Json(None) => {
+            out.push_str("NULL");
+            return Ok(());
+        }
+        other => {
+            return Err(DbErr::Custom(format!(
+                "bulk insert: no array form for {other:?}"
+            )));
+        }
+    };
+    out.push('"');
+    for c in text.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    Ok(())
 }
 
 /// The rows as one JSON array of objects keyed by column name.
@@ -368,8 +444,9 @@ mod tests {
         assert!(sqlite.starts_with("INSERT INTO \"ledger_entries\" (\"id\", "));
         assert!(sqlite.ends_with("FROM jsonb_each(?)"));
         let pg = insert_sql::<entities::ledger_entry::Entity>(DbBackend::Postgres);
-        assert!(pg.contains("\"created_at\" timestamptz"));
-        assert!(pg.contains("\"seq\" bigint"));
+        assert!(pg.starts_with("INSERT INTO \"ledger_entries\" (\"id\", "));
+        assert!(pg.contains("FROM unnest($1::text[], $2::text[], $3::bigint[], "));
+        assert!(pg.contains("::timestamptz[]) AS r(\"id\", "));
     }
 
     /// A condition checked only still decides which rows are found, with
@@ -401,47 +478,106 @@ mod tests {
     }
 
     /// Every kind of column an insert carries reads back exactly as written:
-    /// nested JSON, text that needs escaping, an absent value, a timestamp.
+    /// nested JSON, text that needs escaping (quotes, backslashes, braces,
+    /// commas, the word NULL), absent values beside present ones in the same
+    /// column, timestamps.
     #[tokio::test]
     async fn inserted_rows_read_back_exactly_as_written() {
-        use crate::domain::states::OrderStatus;
-        use sea_orm::EntityTrait;
-
         let (_dir, db) = crate::store::tests::sqlite_file_db("bulk.db", 2).await;
-        crate::store::migrate(&db).await.unwrap();
-        let partner_id = crate::store::partners::gold_partner(&db, "b", 0).await;
-        let written = entities::order::Model {
-            id: "ord_bulk".into(),
+        assert_rows_read_back_as_written(&db).await;
+    }
+
+    /// The same on PostgreSQL (one array literal per column), when
+    /// `TEST_DATABASE_URL` names a server: in a database of its own, dropped
+    /// after.
+    #[tokio::test]
+    async fn inserted_rows_read_back_exactly_as_written_on_postgres() {
+        use sea_orm::Database;
+
+        let Some(base) = std::env::var("TEST_DATABASE_URL")
+            .ok()
+            .filter(|url| url.starts_with("postgres"))
+        else {
+            eprintln!("skipped: needs PostgreSQL (TEST_DATABASE_URL)");
+            return;
+        };
+        let name = format!("esim_bulk_{}", uuid::Uuid::new_v4().simple());
+        let admin = Database::connect(&base).await.unwrap();
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+            .await
+            .unwrap();
+        let (server, _) = base.rsplit_once('/').unwrap();
+        let db = Database::connect(&format!("{server}/{name}"))
+            .await
+            .unwrap();
+        let checked = tokio::spawn({
+            let db = db.clone();
+            async move { assert_rows_read_back_as_written(&db).await }
+        })
+        .await;
+        db.close().await.unwrap();
+        admin
+            .execute_unprepared(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+            .await
+            .unwrap();
+        checked.unwrap();
+    }
+
+    async fn assert_rows_read_back_as_written(db: &sea_orm::DatabaseConnection) {
+        use crate::domain::states::OrderStatus;
+        use sea_orm::{EntityTrait, QueryOrder};
+
+        crate::store::migrate(db).await.unwrap();
+        let partner_id = crate::store::partners::gold_partner(db, "b", 0).await;
+        let at = |text: &str| {
+            DateTime::parse_from_rfc3339(text)
+                .unwrap()
+                .with_timezone(&Utc)
+        };
+        let tricky = entities::order::Model {
+            id: "ord_bulk_1".into(),
             partner_id,
             mode: crate::domain::partner::Mode::Sandbox,
-            idempotency_key: "k \"quoted\" \\ ünïcødé ✓".into(),
+            idempotency_key: "k \"quoted\" \\ ünïcødé ✓ {a,b} NULL".into(),
             plan_id: "pl_x".into(),
             quantity: 3,
             unit_price_cents: 750,
             total_cents: 2_250,
             list_unit_cents: 800,
             price_source: "tier:gold".into(),
-            metadata: serde_json::json!({"ref": "r-1", "tags": ["a", {"b": null}], "n": 1.5, "s": "x'y"}),
+            metadata: serde_json::json!({"ref": "r-1", "tags": ["a", {"b": null}], "n": 1.5, "s": "x'y\"\\"}),
             status: OrderStatus::Processing,
             failure_code: None,
             refunded_cents: 0,
             attempts: 0,
             claimed_until: None,
             claimed_by: None,
-            created_at: DateTime::parse_from_rfc3339("2026-11-26T10:00:00.123456Z")
-                .unwrap()
-                .with_timezone(&Utc),
+            created_at: at("2026-11-26T10:00:00.123456Z"),
             completed_at: None,
         };
+        let filled = entities::order::Model {
+            id: "ord_bulk_2".into(),
+            idempotency_key: "NULL".into(),
+            metadata: serde_json::json!({}),
+            price_source: "{,}".into(),
+            failure_code: Some(entities::states::FailureCode::SupplierError),
+            refunded_cents: -1,
+            claimed_until: Some(at("2026-11-26T10:00:01Z")),
+            claimed_by: Some("NULL".into()),
+            completed_at: Some(at("2026-11-26T10:00:02.5Z")),
+            ..tricky.clone()
+        };
+        let written = vec![tricky, filled];
 
-        insert_models::<entities::order::Entity, _>(&db, std::slice::from_ref(&written))
+        insert_models::<entities::order::Entity, _>(db, &written)
             .await
             .unwrap();
 
-        let read = entities::order::Entity::find_by_id("ord_bulk")
-            .one(&db)
+        let read = entities::order::Entity::find()
+            .order_by_asc(entities::order::Column::Id)
+            .all(db)
             .await
-            .unwrap()
             .unwrap();
         assert_eq!(read, written);
     }
