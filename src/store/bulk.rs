@@ -286,29 +286,14 @@ fn columns_arrays<E: EntityTrait>(models: &[E::Model]) -> Result<Vec<Value>, DbE
 /// quotes with `"` and `\\` escaped, which PostgreSQL reads back as that
 /// text whatever it holds (commas, braces, spaces, the word NULL).
 fn write_element(out: &mut String, value: Value) -> Result<(), DbErr> {
-    let text = match value {
-        Value::String(Some(s)) => s,
-        Value::Int(Some(n)) => n.to_string(),
-        Value::BigInt(Some(n)) => n.to_string(),
-        Value::SmallInt(Some(n)) => n.to_string(),
-        Value::Bool(Some(b)) => b.to_string(),
-        Value::ChronoDateTimeUtc(Some(t)) => timestamp(&t),
-        Value::Json(Some(j)) => j.to_string(),
-        Value::String(None)
-        | Value::Int(None)
-        | Value::BigInt(None)
-        | Value::SmallInt(None)
-        | Value::Bool(None)
-        | Value::ChronoDateTimeUtc(None)
-        | Value::Json(None) => {
+    let text = match plain(value)? {
+        Plain::Null => {
             out.push_str("NULL");
             return Ok(());
         }
-        other => {
-            return Err(DbErr::Custom(format!(
-                "bulk insert: no array form for {other:?}"
-            )));
-        }
+        Plain::Integer(n) => n.to_string(),
+        Plain::Bool(b) => b.to_string(),
+        Plain::Text(text) => text,
     };
     out.push('"');
     for c in text.chars() {
@@ -354,32 +339,57 @@ fn rows_json<E: EntityTrait>(models: &[E::Model]) -> Result<String, DbErr> {
 /// Written straight into `out` by serde_json's serializer, without building
 /// a JSON value for each cell first.
 fn write_value(out: &mut Vec<u8>, value: Value) -> Result<(), DbErr> {
-    let written = match value {
-        Value::String(Some(s)) => serde_json::to_writer(&mut *out, &s),
-        Value::Int(Some(n)) => serde_json::to_writer(&mut *out, &n),
-        Value::BigInt(Some(n)) => serde_json::to_writer(&mut *out, &n),
-        Value::SmallInt(Some(n)) => serde_json::to_writer(&mut *out, &n),
-        Value::Bool(Some(b)) => serde_json::to_writer(&mut *out, &b),
-        Value::ChronoDateTimeUtc(Some(t)) => serde_json::to_writer(&mut *out, &timestamp(&t)),
+    let written = match plain(value)? {
+        Plain::Null => {
+            out.extend_from_slice(b"null");
+            Ok(())
+        }
+        Plain::Integer(n) => serde_json::to_writer(&mut *out, &n),
+        Plain::Bool(b) => serde_json::to_writer(&mut *out, &b),
+        Plain::Text(text) => serde_json::to_writer(&mut *out, &text),
+    };
+    written.map_err(|e| DbErr::Custom(e.to_string()))
+}
+
+/// A cell in the few forms the writers here send: what the SQLite driver
+/// binds for each kind of column this schema has, timestamps and JSON
+/// documents as their text.
+pub(crate) enum Plain {
+    /// An absent value.
+    Null,
+    /// Any integer column.
+    Integer(i64),
+    /// A boolean column.
+    Bool(bool),
+    /// Text, a timestamp ([`timestamp`]) or a JSON document's text.
+    Text(String),
+}
+
+/// `value` in its [`Plain`] form; an error for a kind of value no column
+/// of this schema holds.
+pub(crate) fn plain(value: Value) -> Result<Plain, DbErr> {
+    Ok(match value {
+        Value::String(Some(s)) => Plain::Text(s),
+        Value::Int(Some(n)) => Plain::Integer(i64::from(n)),
+        Value::BigInt(Some(n)) => Plain::Integer(n),
+        Value::SmallInt(Some(n)) => Plain::Integer(i64::from(n)),
+        Value::Bool(Some(b)) => Plain::Bool(b),
+        Value::ChronoDateTimeUtc(Some(t)) => Plain::Text(timestamp(&t)),
         // The document's text, as the driver stores a JSON column on SQLite.
-        Value::Json(Some(j)) => serde_json::to_writer(&mut *out, &j.to_string()),
+        Value::Json(Some(j)) => Plain::Text(j.to_string()),
         Value::String(None)
         | Value::Int(None)
         | Value::BigInt(None)
         | Value::SmallInt(None)
         | Value::Bool(None)
         | Value::ChronoDateTimeUtc(None)
-        | Value::Json(None) => {
-            out.extend_from_slice(b"null");
-            Ok(())
-        }
+        | Value::Json(None) => Plain::Null,
         other => {
             return Err(DbErr::Custom(format!(
-                "bulk insert: no JSON form for {other:?}"
+                "no plain form for the value {other:?}"
             )));
         }
-    };
-    written.map_err(|e| DbErr::Custom(e.to_string()))
+    })
 }
 
 /// A timestamp in the exact text the SQLite driver stores (RFC 3339, `+00:00`,

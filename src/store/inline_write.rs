@@ -69,7 +69,8 @@ use sea_orm::{DbErr, EntityTrait, Statement, Value};
 use tokio::sync::oneshot;
 
 use super::{
-    Db, bulk,
+    Db,
+    bulk::{self, Plain},
     checkpoint::Checkpoints,
     sqlite_file,
     writes::{Gate, take_turn, write_gate},
@@ -526,7 +527,7 @@ pub(crate) fn insert_rows<M: EntityTrait, E>(
         .iter()
         .map(|model| {
             let cells = bulk::row_values::<M>(model)
-                .map(|value| cell(&value))
+                .map(cell)
                 .collect::<Result<Vec<Cell>, DbErr>>()
                 .map_err(InlineFailed::Unavailable)?;
             let inserted = prepared
@@ -542,31 +543,16 @@ fn cells(stmt: &Statement) -> Result<Vec<Cell>, DbErr> {
     let Some(values) = &stmt.values else {
         return Ok(Vec::new());
     };
-    values.0.iter().map(cell).collect()
+    values.0.iter().cloned().map(cell).collect()
 }
 
-fn cell(value: &Value) -> Result<Cell, DbErr> {
-    Ok(match value {
-        Value::String(Some(s)) => Cell::Text(s.clone()),
-        Value::Int(Some(n)) => Cell::Integer(i64::from(*n)),
-        Value::BigInt(Some(n)) => Cell::Integer(*n),
-        Value::Bool(Some(b)) => Cell::Integer(i64::from(*b)),
-        Value::SmallInt(Some(n)) => Cell::Integer(i64::from(*n)),
-        Value::ChronoDateTimeUtc(Some(t)) => Cell::Text(bulk::timestamp(t)),
-        // The document's text, as the driver stores a JSON column on SQLite.
-        Value::Json(Some(j)) => Cell::Text(j.to_string()),
-        Value::String(None)
-        | Value::Int(None)
-        | Value::BigInt(None)
-        | Value::SmallInt(None)
-        | Value::Bool(None)
-        | Value::ChronoDateTimeUtc(None)
-        | Value::Json(None) => Cell::Null,
-        other => {
-            return Err(DbErr::Custom(format!(
-                "inline write: no SQLite form for {other:?}"
-            )));
-        }
+/// A value as the SQLite cell sqlx binds for it (a boolean as 0 or 1).
+fn cell(value: Value) -> Result<Cell, DbErr> {
+    Ok(match bulk::plain(value)? {
+        Plain::Null => Cell::Null,
+        Plain::Integer(n) => Cell::Integer(n),
+        Plain::Bool(b) => Cell::Integer(i64::from(b)),
+        Plain::Text(text) => Cell::Text(text),
     })
 }
 
