@@ -268,6 +268,7 @@ fn rows_values<E: EntityTrait>(
 fn columns_arrays<E: EntityTrait>(models: &[E::Model]) -> Result<Vec<Value>, DbErr> {
     E::Column::iter()
         .map(|column| {
+            // Room for a short cell each; a longer one grows the string.
             let mut out = String::with_capacity(2 + models.len() * 24);
             out.push('{');
             for (i, model) in models.iter().enumerate() {
@@ -283,8 +284,9 @@ fn columns_arrays<E: EntityTrait>(models: &[E::Model]) -> Result<Vec<Value>, DbE
 }
 
 /// One element of an array literal: `NULL`, or the value's text in double
-/// quotes with `"` and `\\` escaped, which PostgreSQL reads back as that
-/// text whatever it holds (commas, braces, spaces, the word NULL).
+/// quotes with `"` and `\` escaped (each by a backslash), which PostgreSQL
+/// reads back as that text whatever it holds (commas, braces, spaces, the
+/// word NULL).
 fn write_element(out: &mut String, value: Value) -> Result<(), DbErr> {
     let text = match plain(value)? {
         Plain::Null => {
