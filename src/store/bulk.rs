@@ -22,6 +22,8 @@
 //! it over in SQLite's binary form, which `->>` reads directly. What the
 //! columns receive is the same. (An id is a plain value either way.)
 
+use std::fmt::Write as _;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use sea_orm::{
     ColumnTrait, ColumnType, ConnectionTrait, DbBackend, DbErr, EntityTrait, IdenStatic, Iterable,
@@ -283,20 +285,25 @@ fn columns_arrays<E: EntityTrait>(models: &[E::Model]) -> Result<Vec<Value>, DbE
         .collect()
 }
 
-/// One element of an array literal: `NULL`, or the value's text in double
-/// quotes with `"` and `\` escaped (each by a backslash), which PostgreSQL
-/// reads back as that text whatever it holds (commas, braces, spaces, the
-/// word NULL).
+/// One element of an array literal: `NULL`, a number or a boolean as it
+/// is, or text in double quotes ([`push_quoted`]), which PostgreSQL reads
+/// back as that text whatever it holds (commas, braces, spaces, the word
+/// NULL).
 fn write_element(out: &mut String, value: Value) -> Result<(), DbErr> {
-    let text = match plain(value)? {
-        Plain::Null => {
-            out.push_str("NULL");
-            return Ok(());
+    match plain(value)? {
+        Plain::Null => out.push_str("NULL"),
+        // Writing to a String cannot fail.
+        Plain::Integer(n) => {
+            let _ = write!(out, "{n}");
         }
-        Plain::Integer(n) => n.to_string(),
-        Plain::Bool(b) => b.to_string(),
-        Plain::Text(text) => text,
-    };
+        Plain::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+        Plain::Text(text) => push_quoted(out, &text),
+    }
+    Ok(())
+}
+
+/// `text` in double quotes, with `"` and `\` escaped by a backslash.
+fn push_quoted(out: &mut String, text: &str) {
     out.push('"');
     for c in text.chars() {
         if c == '"' || c == '\\' {
@@ -305,7 +312,6 @@ fn write_element(out: &mut String, value: Value) -> Result<(), DbErr> {
         out.push(c);
     }
     out.push('"');
-    Ok(())
 }
 
 /// The rows as one JSON array of objects keyed by column name.
