@@ -510,36 +510,10 @@ mod tests {
     /// after.
     #[tokio::test]
     async fn inserted_rows_read_back_exactly_as_written_on_postgres() {
-        use sea_orm::Database;
-
-        let Some(base) = std::env::var("TEST_DATABASE_URL")
-            .ok()
-            .filter(|url| url.starts_with("postgres"))
-        else {
-            eprintln!("skipped: needs PostgreSQL (TEST_DATABASE_URL)");
-            return;
-        };
-        let name = format!("esim_bulk_{}", uuid::Uuid::new_v4().simple());
-        let admin = Database::connect(&base).await.unwrap();
-        admin
-            .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
-            .await
-            .unwrap();
-        let (server, _) = base.rsplit_once('/').unwrap();
-        let db = Database::connect(&format!("{server}/{name}"))
-            .await
-            .unwrap();
-        let checked = tokio::spawn({
-            let db = db.clone();
-            async move { assert_rows_read_back_as_written(&db).await }
+        crate::store::tests::on_own_postgres("esim_bulk", |db| async move {
+            assert_rows_read_back_as_written(&db).await
         })
         .await;
-        db.close().await.unwrap();
-        admin
-            .execute_unprepared(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
-            .await
-            .unwrap();
-        checked.unwrap();
     }
 
     async fn assert_rows_read_back_as_written(db: &sea_orm::DatabaseConnection) {

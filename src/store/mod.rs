@@ -505,6 +505,41 @@ pub(super) mod tests {
         assert!(!plan.contains(avoided), "{plan}");
     }
 
+    /// Runs `check` on a migrated PostgreSQL database of its own, dropped
+    /// after (whether `check` passed or not), when `TEST_DATABASE_URL` names
+    /// a server; otherwise says it skipped.
+    pub(super) async fn on_own_postgres<F, Fut>(prefix: &str, check: F)
+    where
+        F: FnOnce(Db) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let Some(base) = std::env::var("TEST_DATABASE_URL")
+            .ok()
+            .filter(|url| url.starts_with("postgres"))
+        else {
+            eprintln!("skipped: needs PostgreSQL (TEST_DATABASE_URL)");
+            return;
+        };
+        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+        let admin = Database::connect(&base).await.unwrap();
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+            .await
+            .unwrap();
+        let (server, _) = base.rsplit_once('/').unwrap();
+        let db = Database::connect(&format!("{server}/{name}"))
+            .await
+            .unwrap();
+        migrate(&db).await.unwrap();
+        let checked = tokio::spawn(check(db.clone())).await;
+        db.close().await.unwrap();
+        admin
+            .execute_unprepared(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+            .await
+            .unwrap();
+        checked.unwrap();
+    }
+
     /// What SQLite's planner does with `statement`: the details of its
     /// `EXPLAIN QUERY PLAN`, one step per line.
     async fn query_plan(db: &Db, statement: sea_orm::Statement) -> String {
