@@ -429,24 +429,38 @@ fn debit_statement(backend: DbBackend, debits: &[Debit], now: DateTime<Utc>) -> 
         .iter()
         .map(|d| serde_json::json!({"p": d.partner_id, "m": d.mode.as_str(), "t": d.total, "n": d.count}))
         .collect();
-    let source = match backend {
+    let mut values = vec![now.into(), serde_json::Value::from(rows).to_string().into()];
+    let (source, probe) = match backend {
         sea_orm::DbBackend::Postgres => {
-            "jsonb_to_recordset($2::jsonb) AS d(p text, m text, t bigint, n bigint)"
+            // The partners again, as an index condition: PostgreSQL guesses
+            // the record set at 100 rows whatever it holds, and for 100
+            // rows a hash join over every float looks cheaper than 100 key
+            // probes, so without it each debit read the whole table (63
+            // rows per order with 1,000 partners, more with more). The
+            // condition is implied by the join, so it changes no row and
+            // nothing a concurrent update's recheck sees.
+            let mut partners: Vec<&str> = ordered.iter().map(|d| d.partner_id.as_str()).collect();
+            partners.dedup();
+            values.push(serde_json::Value::from(partners).to_string().into());
+            (
+                "jsonb_to_recordset($2::jsonb) AS d(p text, m text, t bigint, n bigint)",
+                " AND \"floats\".\"partner_id\" = ANY(ARRAY(SELECT jsonb_array_elements_text($3::jsonb)))",
+            )
         }
-        _ => {
+        _ => (
             "(SELECT value ->> 'p' AS p, value ->> 'm' AS m, value ->> 't' AS t, \
-             value ->> 'n' AS n FROM jsonb_each($2)) AS d"
-        }
+             value ->> 'n' AS n FROM jsonb_each($2)) AS d",
+            "",
+        ),
     };
     let sql = format!(
         "UPDATE \"floats\" SET \"balance_cents\" = \"floats\".\"balance_cents\" - d.t, \
          \"next_seq\" = \"floats\".\"next_seq\" + CASE WHEN \"floats\".\"mode\" = 'live' THEN d.n ELSE 0 END, \
          \"updated_at\" = $1 FROM {source} \
          WHERE \"floats\".\"partner_id\" = d.p AND \"floats\".\"mode\" = d.m \
-         AND \"floats\".\"balance_cents\" >= d.t \
+         AND \"floats\".\"balance_cents\" >= d.t{probe} \
          RETURNING \"floats\".\"partner_id\", \"floats\".\"mode\", \"floats\".\"balance_cents\", \"floats\".\"next_seq\""
     );
-    let values = vec![now.into(), serde_json::Value::from(rows).to_string().into()];
     Some(bulk::portable_for(backend, &sql, values))
 }
 
@@ -462,4 +476,103 @@ fn moved_floats(rows: Vec<(String, String, i64, i64)>) -> Result<Moved, DbErr> {
             Ok(((partner_id, mode), (balance, next_seq)))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn debit(batch: usize, partner: usize, mode: Mode, total: i64) -> Debit {
+        Debit {
+            batch,
+            partner_id: format!("ptr_{partner}"),
+            mode,
+            total,
+            count: 1,
+        }
+    }
+
+    /// SQLite's planner walks the debits and finds each float by its key.
+    #[tokio::test]
+    async fn the_debit_probes_each_float_by_key_on_sqlite() {
+        let debits = [debit(0, 7, Mode::Live, 400), debit(1, 8, Mode::Live, 100)];
+        let statement = debit_statement(DbBackend::Sqlite, &debits, Utc::now()).unwrap();
+        crate::store::tests::assert_planned_through(
+            statement,
+            "SEARCH floats USING INDEX sqlite_autoindex_floats_1",
+            "SCAN floats",
+        )
+        .await;
+    }
+
+    /// On PostgreSQL the shared debit finds each float by its key, not by
+    /// reading every float (its record set is guessed at 100 rows, which
+    /// made a hash join over the whole table look cheaper), and still moves
+    /// exactly the floats that can pay: a float short of its total stays
+    /// as it was.
+    #[tokio::test]
+    async fn the_debit_probes_each_float_by_key_on_postgres() {
+        crate::store::tests::on_own_postgres("esim_debit", |db| async move {
+            db.execute_unprepared(
+                "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
+                 SELECT 'ptr_' || i, 'P' || i, 'p' || i, 'live', 'gold', now(), now() \
+                 FROM generate_series(1, 1000) AS i; \
+                 INSERT INTO floats (partner_id, mode, balance_cents, updated_at) \
+                 SELECT id, m, 1000, now() FROM partners, (VALUES ('live'), ('sandbox')) AS v(m); \
+                 ANALYZE floats",
+            )
+            .await
+            .unwrap();
+            let debits = [
+                debit(0, 7, Mode::Live, 400),
+                debit(0, 7, Mode::Sandbox, 100),
+                debit(1, 512, Mode::Live, 1000),
+                debit(2, 999, Mode::Live, 1001),
+            ];
+            let statement = debit_statement(DbBackend::Postgres, &debits, Utc::now()).unwrap();
+
+            let explain = Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                format!("EXPLAIN {}", statement.sql),
+                statement.values.clone().map(|v| v.0).unwrap_or_default(),
+            );
+            let plan: Vec<String> = db
+                .query_all_raw(explain)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.try_get_by_index::<String>(0).unwrap())
+                .collect();
+            let plan = plan.join("\n");
+            assert!(plan.contains("floats_pkey"), "{plan}");
+            assert!(!plan.contains("Seq Scan on floats"), "{plan}");
+
+            let mut moved: Vec<(String, String, i64, i64)> = db
+                .query_all_raw(statement)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| {
+                    (
+                        row.try_get("", "partner_id").unwrap(),
+                        row.try_get("", "mode").unwrap(),
+                        row.try_get("", "balance_cents").unwrap(),
+                        row.try_get("", "next_seq").unwrap(),
+                    )
+                })
+                .collect();
+            moved.sort();
+            let row = |p: &str, m: &str, b, n| (p.to_owned(), m.to_owned(), b, n);
+            assert_eq!(
+                moved,
+                vec![
+                    row("ptr_512", "live", 0, 2),
+                    row("ptr_7", "live", 600, 2),
+                    row("ptr_7", "sandbox", 900, 1),
+                ],
+                "the short float ptr_999 is not moved"
+            );
+        })
+        .await;
+    }
 }
