@@ -502,24 +502,16 @@ mod tests {
         .await;
     }
 
-    /// On PostgreSQL a debit of a few floats among thousands finds each by
+    /// On PostgreSQL a debit of a few floats among 20,000 finds each by
     /// its key, not by reading every float (its record set was guessed at
     /// 100 rows, which made a hash join over the whole table look cheaper),
-    /// and still moves exactly the floats that can pay: a float short of its
-    /// total stays as it was, and the bound on the rows cuts none.
+    /// without the table's statistics, and still moves exactly the floats
+    /// that can pay: a float short of its total stays as it was, and the
+    /// bound on the rows cuts none.
     #[tokio::test]
     async fn the_debit_probes_each_float_by_key_on_postgres() {
         crate::store::tests::on_own_postgres("esim_debit", |db| async move {
-            db.execute_unprepared(
-                "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
-                 SELECT 'ptr_' || i, 'P' || i, 'p' || i, 'live', 'gold', now(), now() \
-                 FROM generate_series(1, 1000) AS i; \
-                 INSERT INTO floats (partner_id, mode, balance_cents, updated_at) \
-                 SELECT id, m, 1000, now() FROM partners, (VALUES ('live'), ('sandbox')) AS v(m); \
-                 ANALYZE floats",
-            )
-            .await
-            .unwrap();
+            partners_with_1000_cents(&db).await;
             let debits = [
                 debit(0, 7, Mode::Live, 400),
                 debit(0, 7, Mode::Sandbox, 100),
@@ -544,24 +536,9 @@ mod tests {
             assert!(plan.contains("floats_pkey"), "{plan}");
             assert!(!plan.contains("Seq Scan on floats"), "{plan}");
 
-            let mut moved: Vec<(String, String, i64, i64)> = db
-                .query_all_raw(statement)
-                .await
-                .unwrap()
-                .iter()
-                .map(|row| {
-                    (
-                        row.try_get("", "partner_id").unwrap(),
-                        row.try_get("", "mode").unwrap(),
-                        row.try_get("", "balance_cents").unwrap(),
-                        row.try_get("", "next_seq").unwrap(),
-                    )
-                })
-                .collect();
-            moved.sort();
             let row = |p: &str, m: &str, b, n| (p.to_owned(), m.to_owned(), b, n);
             assert_eq!(
-                moved,
+                moved_by(&db, statement).await,
                 vec![
                     row("ptr_512", "live", 0, 2),
                     row("ptr_7", "live", 600, 2),
@@ -571,5 +548,92 @@ mod tests {
             );
         })
         .await;
+    }
+
+    /// A float another transaction debits while the debit waits for its row
+    /// is debited as that transaction left it, the guard checked again on
+    /// the new balance: neither debit is lost and the row is not skipped
+    /// (what another node's commit on the same partner meets).
+    #[tokio::test]
+    async fn a_debit_waiting_on_a_moved_float_applies_to_its_new_balance_on_postgres() {
+        use sea_orm::TransactionTrait as _;
+
+        crate::store::tests::on_own_postgres("esim_debit_wait", |db| async move {
+            partners_with_1000_cents(&db).await;
+            let other = db.begin().await.unwrap();
+            other
+                .execute_unprepared(
+                    "UPDATE floats SET balance_cents = balance_cents - 400 \
+                     WHERE partner_id = 'ptr_7' AND mode = 'live'",
+                )
+                .await
+                .unwrap();
+            let debits = [debit(0, 7, Mode::Live, 500)];
+            let statement = debit_statement(DbBackend::Postgres, &debits, Utc::now()).unwrap();
+            let waiting = tokio::spawn({
+                let db = db.clone();
+                async move { moved_by(&db, statement).await }
+            });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !has_a_waiting_lock(&db).await {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the debit never waited"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            other.commit().await.unwrap();
+
+            let moved = waiting.await.unwrap();
+            assert_eq!(moved, vec![("ptr_7".to_owned(), "live".to_owned(), 100, 2)]);
+        })
+        .await;
+    }
+
+    /// Partners `ptr_1` to `ptr_10000`, each float holding 1,000 cents; no
+    /// statistics gathered. (With 1,000 partners the planner still reads
+    /// the table for a debit of four floats: it is cheaper by its costs.)
+    async fn partners_with_1000_cents(db: &sea_orm::DatabaseConnection) {
+        db.execute_unprepared(
+            "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
+             SELECT 'ptr_' || i, 'P' || i, 'p' || i, 'live', 'gold', now(), now() \
+             FROM generate_series(1, 10000) AS i; \
+             INSERT INTO floats (partner_id, mode, balance_cents, updated_at) \
+             SELECT id, m, 1000, now() FROM partners, (VALUES ('live'), ('sandbox')) AS v(m)",
+        )
+        .await
+        .unwrap();
+    }
+
+    /// The floats `statement` moved: (partner, mode, balance, next seq), sorted.
+    async fn moved_by(
+        db: &sea_orm::DatabaseConnection,
+        statement: Statement,
+    ) -> Vec<(String, String, i64, i64)> {
+        let rows = db.query_all_raw(statement).await.unwrap();
+        let mut moved: Vec<_> = rows
+            .iter()
+            .map(|row| {
+                (
+                    row.try_get("", "partner_id").unwrap(),
+                    row.try_get("", "mode").unwrap(),
+                    row.try_get("", "balance_cents").unwrap(),
+                    row.try_get("", "next_seq").unwrap(),
+                )
+            })
+            .collect();
+        moved.sort();
+        moved
+    }
+
+    /// Whether some session of this database waits for a lock.
+    async fn has_a_waiting_lock(db: &sea_orm::DatabaseConnection) -> bool {
+        let waiting = Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT count(*) AS n FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        );
+        let row = db.query_one_raw(waiting).await.unwrap().unwrap();
+        row.try_get::<i64>("", "n").unwrap() > 0
     }
 }
