@@ -181,12 +181,7 @@ pub async fn accept_batches<C: ConnectionTrait>(
     let mut floats = Vec::with_capacity(debits.len());
     if let Some(debit) = debit_statement(backend, &debits, now) {
         for row in txn.query_all_raw(debit).await? {
-            floats.push((
-                row.try_get("", "partner_id")?,
-                row.try_get("", "mode")?,
-                row.try_get("", "balance_cents")?,
-                row.try_get("", "next_seq")?,
-            ));
+            floats.push(moved_row(&row)?);
         }
     }
     let after = writes_after_debit(batches, &debits, moved_floats(floats)?, now)?;
@@ -461,6 +456,16 @@ fn debit_statement(backend: DbBackend, debits: &[Debit], now: DateTime<Utc>) -> 
     Some(bulk::portable_for(backend, &sql, values))
 }
 
+/// One row of the debit's answer: (partner, mode, balance after, next seq after).
+fn moved_row(row: &sea_orm::QueryResult) -> Result<(String, String, i64, i64), DbErr> {
+    Ok((
+        row.try_get("", "partner_id")?,
+        row.try_get("", "mode")?,
+        row.try_get("", "balance_cents")?,
+        row.try_get("", "next_seq")?,
+    ))
+}
+
 /// The floats a debit moved: (partner, mode) -> (balance after, next seq after).
 type Moved = HashMap<(String, Mode), (i64, i64)>;
 
@@ -611,17 +616,7 @@ mod tests {
         statement: Statement,
     ) -> Vec<(String, String, i64, i64)> {
         let rows = db.query_all_raw(statement).await.unwrap();
-        let mut moved: Vec<_> = rows
-            .iter()
-            .map(|row| {
-                (
-                    row.try_get("", "partner_id").unwrap(),
-                    row.try_get("", "mode").unwrap(),
-                    row.try_get("", "balance_cents").unwrap(),
-                    row.try_get("", "next_seq").unwrap(),
-                )
-            })
-            .collect();
+        let mut moved: Vec<_> = rows.iter().map(|row| moved_row(row).unwrap()).collect();
         moved.sort();
         moved
     }
