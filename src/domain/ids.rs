@@ -22,11 +22,12 @@ const CHUNK: u128 = 62u128.pow(CHUNK_DIGITS as u32);
 /// routine on x86-64).
 pub fn base62_fixed(value: u128) -> String {
     let mut digits = [b'0'; WIDTH];
-    let (low, rest) = digits.split_at_mut(WIDTH - CHUNK_DIGITS);
-    let (high, middle) = low.split_at_mut(WIDTH - 2 * CHUNK_DIGITS);
+    // Two digits, then ten, then the last ten.
+    let (upper, last) = digits.split_at_mut(WIDTH - CHUNK_DIGITS);
+    let (high, middle) = upper.split_at_mut(WIDTH - 2 * CHUNK_DIGITS);
     // Each remainder is below CHUNK < 2^64, and the last quotient below
     // 2^128 / 62^20 < 62^2, so every cast keeps its value.
-    write_chunk(rest, (value % CHUNK) as u64);
+    write_chunk(last, (value % CHUNK) as u64);
     write_chunk(middle, (value / CHUNK % CHUNK) as u64);
     write_chunk(high, (value / CHUNK / CHUNK) as u64);
     // Every byte comes from the BASE62 alphabet, which is ASCII.
