@@ -156,6 +156,44 @@ struct Driver {
 /// same supplier order do not ask the supplier again.
 const REMEMBER_FINISHED: Duration = Duration::from_secs(600);
 
+/// Finished drivers remembered at most; past it the oldest are forgotten
+/// first. Each keeps its supplier order's profiles (a few hundred bytes a
+/// unit), and under sustained load ten minutes of them came to hundreds of
+/// megabytes: about 500 bytes an order, at 7,000 orders a second. A carrier
+/// that finds its driver forgotten asks the supplier once more under the
+/// same order number; it never buys again.
+const FINISHED_KEPT_MAX: usize = 1024;
+
+impl Driver {
+    fn finished(&self) -> bool {
+        self.outcome.borrow().is_some()
+    }
+}
+
+/// Forgets the finished drivers started more than [`REMEMBER_FINISHED`]
+/// before `now`, then the oldest finished ones beyond `kept_max`; running
+/// drivers stay.
+fn forget_finished(
+    drivers: &mut HashMap<String, Driver>,
+    now: std::time::Instant,
+    kept_max: usize,
+) {
+    let recent = |d: &Driver| now.saturating_duration_since(d.started) < REMEMBER_FINISHED;
+    drivers.retain(|_, d| !d.finished() || recent(d));
+    let mut finished: Vec<(std::time::Instant, String)> = drivers
+        .iter()
+        .filter(|(_, d)| d.finished())
+        .map(|(id, d)| (d.started, id.clone()))
+        .collect();
+    let Some(excess) = finished.len().checked_sub(kept_max).filter(|n| *n > 0) else {
+        return;
+    };
+    finished.select_nth_unstable(excess - 1);
+    for (_, id) in &finished[..excess] {
+        drivers.remove(id);
+    }
+}
+
 impl SupplierOrders {
     /// Starts the placer task.
     pub fn start(args: SupplierOrdersArgs) -> Self {
@@ -222,9 +260,7 @@ impl SupplierOrders {
         // not once per supplier order.
         let mut pruned = lock(&self.inner.last_pruned);
         if pruned.elapsed() >= PRUNE_EVERY {
-            drivers.retain(|_, d| {
-                d.outcome.borrow().is_none() || d.started.elapsed() < REMEMBER_FINISHED
-            });
+            forget_finished(&mut drivers, std::time::Instant::now(), FINISHED_KEPT_MAX);
             *pruned = std::time::Instant::now();
         }
         drop(pruned);
@@ -583,5 +619,40 @@ mod tests {
             wakers.wake(&format!("B{n}"));
         }
         assert_eq!(wakers.early.len(), EARLY_WAKES_MAX);
+    }
+
+    /// A driver for the registry, started `age` before `now`, finished or not.
+    fn driver_aged(now: std::time::Instant, age: Duration, finished: bool) -> Driver {
+        let outcome = finished.then(|| Outcome::Later("done".into()));
+        let (_, receiver) = watch::channel(outcome);
+        Driver {
+            outcome: receiver,
+            started: now - age,
+        }
+    }
+
+    /// Finished drivers past the time bound go, then the oldest beyond the
+    /// count bound; running drivers stay however old.
+    #[test]
+    fn finished_drivers_are_forgotten_past_their_time_and_beyond_their_number() {
+        // Ahead of the clock, so that every age fits after the clock's start.
+        let now = std::time::Instant::now() + REMEMBER_FINISHED * 3;
+        let mut drivers = HashMap::new();
+        for n in 0..10u64 {
+            let age = Duration::from_secs(10 + n);
+            drivers.insert(format!("done-{n}"), driver_aged(now, age, true));
+        }
+        drivers.insert("stale".into(), driver_aged(now, REMEMBER_FINISHED, true));
+        let running = driver_aged(now, REMEMBER_FINISHED * 2, false);
+        drivers.insert("running".into(), running);
+
+        forget_finished(&mut drivers, now, 4);
+
+        let mut kept: Vec<&str> = drivers.keys().map(String::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["done-0", "done-1", "done-2", "done-3", "running"]);
+
+        forget_finished(&mut drivers, now, 4);
+        assert_eq!(drivers.len(), 5, "nothing more to forget");
     }
 }
