@@ -185,9 +185,10 @@ fn forget_finished(
         .filter(|(_, d)| d.finished())
         .map(|(id, d)| (d.started, id.clone()))
         .collect();
-    let Some(excess) = finished.len().checked_sub(kept_max).filter(|n| *n > 0) else {
+    if finished.len() <= kept_max {
         return;
-    };
+    }
+    let excess = finished.len() - kept_max;
     finished.select_nth_unstable(excess - 1);
     for (_, id) in &finished[..excess] {
         drivers.remove(id);
