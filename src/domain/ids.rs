@@ -27,9 +27,10 @@ pub fn base62_fixed(value: u128) -> String {
     let (high, middle) = upper.split_at_mut(WIDTH - 2 * CHUNK_DIGITS);
     // Each remainder is below CHUNK < 2^64, and the last quotient below
     // 2^128 / 62^20 < 62^2, so every cast keeps its value.
+    let rest = value / CHUNK;
     write_chunk(last, (value % CHUNK) as u64);
-    write_chunk(middle, (value / CHUNK % CHUNK) as u64);
-    write_chunk(high, (value / CHUNK / CHUNK) as u64);
+    write_chunk(middle, (rest % CHUNK) as u64);
+    write_chunk(high, (rest / CHUNK) as u64);
     // Every byte comes from the BASE62 alphabet, which is ASCII.
     digits.iter().map(|&b| b as char).collect()
 }
