@@ -53,6 +53,7 @@ pub(crate) mod supplier_orders;
 pub mod supply;
 pub mod trends;
 pub mod verify;
+mod wal_frames;
 mod writes;
 
 use std::{
@@ -94,6 +95,13 @@ pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<Db> {
     tracing::Span::current().record("backend", if is_sqlite { "sqlite" } else { "postgres" });
     if is_sqlite {
         ensure_sqlite_folder(&settings.url)?;
+        // Before the first connection opens: from here on every SQLite file
+        // writes each WAL frame in one call (see `wal_frames`).
+        if !wal_frames::install() {
+            tracing::warn!(
+                "SQLite's default VFS could not be wrapped; WAL frames are written as two calls each"
+            );
+        }
     }
     let mut options = ConnectOptions::new(settings.url.clone());
     let pool_size = match (settings.max_connections, is_sqlite) {
