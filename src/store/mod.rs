@@ -96,10 +96,10 @@ pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<Db> {
     if is_sqlite {
         ensure_sqlite_folder(&settings.url)?;
         // Before the first connection opens: from here on every SQLite file
-        // writes each WAL frame in one call (see `wal_frames`).
+        // writes a commit's WAL frames in one call (see `wal_frames`).
         if !wal_frames::install() {
             tracing::warn!(
-                "SQLite's default VFS could not be wrapped; WAL frames are written as two calls each"
+                "SQLite's default VFS could not be wrapped; WAL frames are written as SQLite asks"
             );
         }
     }

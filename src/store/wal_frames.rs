@@ -606,6 +606,43 @@ mod tests {
         connection
     }
 
+    /// A fresh folder and the path of a database file in it, with the
+    /// VFS in place.
+    fn scratch(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        assert!(install());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        (dir, path)
+    }
+
+    fn insert(connection: &Connection, byte: u8, size: usize) {
+        connection
+            .execute(
+                "INSERT INTO t (body) VALUES (?1)",
+                params![vec![byte; size]],
+            )
+            .unwrap();
+    }
+
+    /// Bytes the connection's WAL holds gathered and not yet written.
+    fn gathered_bytes(connection: &Connection) -> usize {
+        let mut file: *mut ffi::sqlite3_file = ptr::null_mut();
+        // SAFETY: the handle is open for the call; the file control writes
+        // the WAL's `sqlite3_file` pointer (SQLite's, valid while the
+        // connection is open and not used past this function).
+        unsafe {
+            let rc = ffi::sqlite3_file_control(
+                connection.handle(),
+                c"main".as_ptr(),
+                ffi::SQLITE_FCNTL_JOURNAL_POINTER,
+                (&raw mut file).cast(),
+            );
+            assert_eq!(rc, ffi::SQLITE_OK);
+            assert!(ptr::eq((*file).pMethods, &raw const WAL_METHODS));
+            (*file.cast::<WalFile>()).gathered.len()
+        }
+    }
+
     fn count(connection: &Connection) -> i64 {
         connection
             .query_row("SELECT count(*) FROM t", [], |row| row.get(0))
@@ -620,20 +657,14 @@ mod tests {
 
     #[test]
     fn a_commits_frames_leave_together_and_every_reader_sees_what_was_committed() {
-        assert!(install());
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("joined.db");
+        let (_dir, path) = scratch("joined.db");
         let writer = open(&path);
         let reader = open(&path);
         let (written_before, asked_before) = wal_writes();
         for round in 0..50 {
             let tx = writer.unchecked_transaction().unwrap();
             for i in 0..20 {
-                tx.execute(
-                    "INSERT INTO t (body) VALUES (?1)",
-                    params![vec![(round + i) as u8; 700]],
-                )
-                .unwrap();
+                insert(&tx, (round + i) as u8, 700);
             }
             tx.commit().unwrap();
             assert_eq!(
@@ -663,31 +694,36 @@ mod tests {
 
     #[test]
     fn a_rolled_back_spill_leaves_nothing_behind_for_the_next_writer() {
-        assert!(install());
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("spill.db");
+        let (_dir, path) = scratch("spill.db");
         let first = open(&path);
         let second = open(&path);
-        // A page cache of a few pages makes a large transaction spill frames
-        // into the WAL before its commit.
-        first.pragma_update(None, "cache_size", 10).unwrap();
+        // Pages written to the WAL before the commit (as a cache too small
+        // for the transaction spills them), then the transaction rolled
+        // back: with its pages clean in the cache and the committed ones in
+        // the main file (the WAL checkpointed away), the rollback reads
+        // nothing from the WAL, so only the release of the write lock can
+        // write what was gathered.
+        first
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
         let tx = first.unchecked_transaction().unwrap();
-        for _ in 0..400 {
-            tx.execute("INSERT INTO t (body) VALUES (?1)", params![vec![7u8; 900]])
-                .unwrap();
+        for _ in 0..50 {
+            insert(&tx, 7, 900);
         }
+        tx.cache_flush().unwrap();
+        assert!(
+            gathered_bytes(&first) > 0,
+            "the spilled frames were gathered"
+        );
         tx.rollback().unwrap();
+        assert_eq!(gathered_bytes(&first), 0, "nothing outlives the write lock");
         // The other connection now writes frames where the spilled ones were.
         for _ in 0..30 {
-            second
-                .execute("INSERT INTO t (body) VALUES (?1)", params![vec![9u8; 900]])
-                .unwrap();
+            insert(&second, 9, 900);
         }
         // The first connection reads and writes again.
         assert_eq!(count(&first), 30);
-        first
-            .execute("INSERT INTO t (body) VALUES (?1)", params![vec![1u8; 900]])
-            .unwrap();
+        insert(&first, 1, 900);
         assert_eq!(count(&second), 31);
         assert_eq!(integrity(&second), "ok");
         drop((first, second));
@@ -698,19 +734,13 @@ mod tests {
 
     #[test]
     fn two_writers_taking_turns_across_checkpoints_that_start_the_wal_over_lose_nothing() {
-        assert!(install());
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("turns.db");
+        let (_dir, path) = scratch("turns.db");
         let writers = [open(&path), open(&path)];
         for round in 0..120 {
             let writer = &writers[round % 2];
             let tx = writer.unchecked_transaction().unwrap();
             for _ in 0..(1 + round % 7) {
-                tx.execute(
-                    "INSERT INTO t (body) VALUES (?1)",
-                    params![vec![round as u8; 1500]],
-                )
-                .unwrap();
+                insert(&tx, round as u8, 1500);
             }
             tx.commit().unwrap();
             if round % 10 == 9 {
@@ -735,9 +765,7 @@ mod tests {
 
     #[test]
     fn a_commit_of_megabytes_leaves_in_pieces_the_platform_takes() {
-        assert!(install());
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("large.db");
+        let (_dir, path) = scratch("large.db");
         let writer = open(&path);
         let reader = open(&path);
         // Commits of about 0.1, 0.5, 1, 3 and 12 MB, the last past the
@@ -746,11 +774,7 @@ mod tests {
         for size in [30, 130, 260, 800, 3000] {
             let tx = writer.unchecked_transaction().unwrap();
             for i in 0..size {
-                tx.execute(
-                    "INSERT INTO t (body) VALUES (?1)",
-                    params![vec![i as u8; 3900]],
-                )
-                .unwrap();
+                insert(&tx, i as u8, 3900);
             }
             tx.commit().unwrap();
             rows += size;
@@ -761,17 +785,10 @@ mod tests {
 
     #[test]
     fn a_wal_left_behind_by_a_process_that_never_closed_is_recovered() {
-        assert!(install());
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("recovered.db");
+        let (dir, path) = scratch("recovered.db");
         let writer = open(&path);
         for i in 0..200 {
-            writer
-                .execute(
-                    "INSERT INTO t (body) VALUES (?1)",
-                    params![vec![i as u8; 300]],
-                )
-                .unwrap();
+            insert(&writer, i as u8, 300);
         }
         // Copy the file and its WAL as a crash would leave them (the copy's
         // connection never closed, so no checkpoint ran).
