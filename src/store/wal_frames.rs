@@ -31,21 +31,23 @@ use std::{
     ffi::{c_int, c_void},
     mem::{align_of, size_of},
     ptr,
-    sync::OnceLock,
+    sync::{
+        OnceLock,
+        atomic::{AtomicPtr, Ordering},
+    },
 };
 
 #[cfg(test)]
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use rusqlite::ffi;
 
 /// Gathered bytes past which they are written at once.
 const GATHER_MAX: usize = 8 << 20;
 
-/// The most one call to the platform's `xWrite` is given: `unix` writes at
-/// most 128 KiB less one byte per `pwrite` (it masks the count to 17 bits)
-/// and reports a larger write that lands on a multiple of it as a full
-/// disk.
+/// The most one call to the platform's `xWrite` is given: `unix` masks the
+/// count of each `pwrite` to 17 bits, so a write of 128 KiB or more ends in
+/// a `pwrite` of nothing, which it reports as a full disk.
 const WRITE_MAX: usize = 31 * 4096;
 
 /// The name the wrapping VFS is registered under.
@@ -81,21 +83,22 @@ struct MainFile {
     wal: *mut WalFile,
 }
 
-/// The wrapping VFS and what it wraps, set once.
-struct Registered {
-    /// The platform's default VFS (`unix` on Linux).
-    inner: *mut ffi::sqlite3_vfs,
-    /// The wrapping VFS, registered as the default.
-    vfs: ffi::sqlite3_vfs,
-}
+/// The wrapping VFS, registered as the default (kept for the process's
+/// life: SQLite holds a pointer to it).
+struct Registered(ffi::sqlite3_vfs);
 
-// SAFETY: the pointers in `Registered` are SQLite's registered VFS objects,
-// which live for the whole process and are used from any thread by SQLite
-// itself; they are written once, before registration, and only read after.
+// SAFETY: the pointers in the VFS are SQLite's own (its name, the platform
+// VFS's methods and app data), which live for the whole process and are
+// used from any thread by SQLite itself; written once, before registration.
 unsafe impl Send for Registered {}
 unsafe impl Sync for Registered {}
 
 static REGISTERED: OnceLock<Option<Box<Registered>>> = OnceLock::new();
+
+/// The platform's default VFS (`unix` on Linux), set before the wrapping
+/// VFS is registered, so that a connection opened by another thread the
+/// moment it is finds it.
+static INNER: AtomicPtr<ffi::sqlite3_vfs> = AtomicPtr::new(ptr::null_mut());
 
 /// Calls to the platform's `xWrite` for WAL files, and calls SQLite made.
 #[cfg(test)]
@@ -138,11 +141,12 @@ fn register() -> Option<Box<Registered>> {
     vfs.zName = NAME.as_ptr();
     vfs.pNext = ptr::null_mut();
     vfs.xOpen = Some(open);
-    let mut registered = Box::new(Registered { inner, vfs });
+    INNER.store(inner, Ordering::Release);
+    let mut registered = Box::new(Registered(vfs));
     // SAFETY: the box's VFS never moves (the box is kept in REGISTERED for
     // the process's life) and every method it names either is the platform
     // VFS's own or `open` below.
-    let rc = unsafe { ffi::sqlite3_vfs_register(&raw mut registered.vfs, 1) };
+    let rc = unsafe { ffi::sqlite3_vfs_register(&raw mut registered.0, 1) };
     (rc == ffi::SQLITE_OK).then_some(registered)
 }
 
@@ -158,11 +162,7 @@ const fn inner_offset() -> usize {
 }
 
 fn inner_vfs() -> *mut ffi::sqlite3_vfs {
-    match REGISTERED.get() {
-        Some(Some(registered)) => registered.inner,
-        // `open` is only reachable once registration succeeded.
-        _ => ptr::null_mut(),
-    }
+    INNER.load(Ordering::Acquire)
 }
 
 unsafe extern "C" fn open(
