@@ -378,11 +378,7 @@ unsafe extern "C" fn wal_close(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: the `WalFile` was written by `open`; SQLite frees its memory
     // after this returns and never calls its methods again.
     unsafe { ptr::drop_in_place(file.cast::<WalFile>()) };
-    if released != ffi::SQLITE_OK {
-        released
-    } else {
-        closed
-    }
+    first_error(released, closed)
 }
 
 unsafe extern "C" fn main_close(file: *mut ffi::sqlite3_file) -> c_int {
@@ -394,11 +390,14 @@ unsafe extern "C" fn main_close(file: *mut ffi::sqlite3_file) -> c_int {
         wal.main = ptr::null_mut();
     }
     let closed = close_inner(main.inner);
-    if released != ffi::SQLITE_OK {
-        released
-    } else {
-        closed
-    }
+    first_error(released, closed)
+}
+
+/// The first of two result codes that is an error (SQLite's OK if neither
+/// is): a release that failed is reported even when the call after it
+/// succeeded.
+fn first_error(first: c_int, then: c_int) -> c_int {
+    if first != ffi::SQLITE_OK { first } else { then }
 }
 
 fn close_inner(inner: *mut ffi::sqlite3_file) -> c_int {
@@ -462,11 +461,7 @@ unsafe extern "C" fn shm_lock<T: Wrapper>(
     // they belong to a transaction that did not commit (a commit's are
     // written at its sync), and holding the lock would stop every writer.
     let rc = unsafe { inner(wrapper.inner(), offset, n, flags) };
-    if released != ffi::SQLITE_OK {
-        released
-    } else {
-        rc
-    }
+    first_error(released, rc)
 }
 
 unsafe extern "C" fn main_shm_lock(
@@ -480,11 +475,7 @@ unsafe extern "C" fn main_shm_lock(
     let released = main.release_wal();
     // SAFETY: SQLite's arguments, passed on unchanged.
     let rc = unsafe { shm_lock::<MainFile>(file, offset, n, flags) };
-    if released != ffi::SQLITE_OK {
-        released
-    } else {
-        rc
-    }
+    first_error(released, rc)
 }
 
 unsafe extern "C" fn shm_barrier<T: Wrapper>(file: *mut ffi::sqlite3_file) {
