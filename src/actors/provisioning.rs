@@ -225,10 +225,12 @@ impl Actor for ProvisioningActor {
         let args = state.args.clone();
         let permits = state.permits.clone();
         let in_flight = state.args.in_flight.clone();
+        // The pass's future is boxed: its state machine is kilobytes, and a
+        // task's future is moved (copied whole) as it is spawned, once per order.
         state.args.tasks.spawn(async move {
             if let Ok(permit) = permits.acquire_owned().await
                 && let Err(err) =
-                    provision_order(&args, &order_id, claimed_until, fresh, permit).await
+                    Box::pin(provision_order(&args, &order_id, claimed_until, fresh, permit)).await
             {
                 tracing::warn!(order_id, error = %err, "provisioning pass failed; the reconciler will re-drive it");
                 let _ = store::orders::release(&args.db, &order_id, &args.node_id).await;
