@@ -68,18 +68,23 @@ impl Application {
         let bound = self.bound.take().context("the node is already running")?;
         let envelope_ctx = EnvelopeContext {
             docs_base: self.state.docs_base.clone(),
+            listener: None,
+            request_timeout: None,
         };
-        let tracked = |name: &'static str, router: Router, limit: usize| {
-            finish(router, &envelope_ctx, limit).layer(middleware::from_fn_with_state(
-                name,
-                crate::metrics::track_requests,
-            ))
+        let public_ctx = EnvelopeContext {
+            listener: Some("public"),
+            request_timeout: Some(self.tuning.request_timeout),
+            ..envelope_ctx.clone()
+        };
+        let operator_ctx = EnvelopeContext {
+            listener: Some("operator"),
+            ..envelope_ctx.clone()
         };
         let public = serve(
             bound.public,
-            tracked(
-                "public",
-                public_router(&self.state, self.tuning.request_timeout),
+            finish(
+                public_router(&self.state),
+                &public_ctx,
                 self.tuning.body_limit,
             ),
             self.tuning.connection_limits,
@@ -87,9 +92,9 @@ impl Application {
         );
         let operator = serve(
             bound.operator,
-            tracked(
-                "operator",
+            finish(
                 operator_router(&self.state, self.tuning.metrics_require_token),
+                &operator_ctx,
                 self.tuning.operator_body_limit,
             ),
             self.tuning.connection_limits,
@@ -212,39 +217,14 @@ impl Application {
     }
 }
 
-/// The partner API, the reference pages and the provider callbacks.
-fn public_router(state: &AppState, request_timeout: Duration) -> Router {
+/// The partner API, the reference pages and the provider callbacks (their
+/// time bound is the envelope's: [`EnvelopeContext::request_timeout`]).
+fn public_router(state: &AppState) -> Router {
     Router::new()
         .nest("/partner/v1", http::partner_routes(state))
         .nest("/docs", docs::routes())
         .nest("/callbacks", http::callback_routes())
         .with_state(state.clone())
-        .layer(middleware::from_fn_with_state(request_timeout, bounded))
-}
-
-/// Answers 503 `service_unavailable` (retryable) when a request outlasts
-/// `http.request_timeout_ms`. An order whose answer is cut off this way may
-/// still be committed by its account actor: the partner's retry with the
-/// same Idempotency-Key gets it once.
-async fn bounded(
-    State(limit): State<Duration>,
-    request: axum::extract::Request,
-    next: middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    match tokio::time::timeout(limit, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => {
-            tracing::warn!(
-                limit_ms = limit.as_millis() as u64,
-                "request outlasted http.request_timeout_ms; answered 503"
-            );
-            ApiError::new(ErrorCode::ServiceUnavailable)
-                .with_message("The request took too long; retry it (with the same Idempotency-Key for an order).")
-                .with_extra("retryable", true)
-                .into_response()
-        }
-    }
 }
 
 /// The operator API and `/metrics` (behind the operator token if asked).

@@ -1,8 +1,12 @@
 //! The outermost middleware of every listener: gives each request an id,
 //! opens its log span, and guarantees that every error response carries the
-//! spec's JSON envelope and every response an `X-Request-Id`.
+//! spec's JSON envelope and every response an `X-Request-Id`. It also
+//! bounds the public listener's requests in time and records every
+//! request's series: one middleware rather than three, because each layer
+//! of axum middleware clones the services under it and boxes a future on
+//! every request.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::{
     body::Body,
@@ -13,8 +17,8 @@ use axum::{
 };
 use tracing::Instrument;
 
-use super::error::ApiError;
-use crate::domain::ids::new_request_id;
+use super::error::{ApiError, ErrorCode};
+use crate::{domain::ids::new_request_id, metrics};
 
 /// The response header carrying the request id.
 pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -29,14 +33,20 @@ pub(crate) struct FinalBody;
 #[derive(Debug, Clone)]
 pub(crate) struct RequestId(pub String);
 
-/// What the envelope needs to render errors.
+/// What the envelope needs to render errors, bound and count requests.
 #[derive(Clone)]
 pub(crate) struct EnvelopeContext {
     /// Base of `doc_url`, without a trailing slash.
     pub docs_base: std::sync::Arc<str>,
+    /// The listener's name in the request series; `None` records none.
+    pub listener: Option<&'static str>,
+    /// How long a request may take before it is answered 503 (`None`:
+    /// unbounded).
+    pub request_timeout: Option<Duration>,
 }
 
-/// Request id, span, access log line and error rendering.
+/// Request id, span, access log line, time bound, error rendering and the
+/// request's series.
 pub(crate) async fn envelope(
     State(ctx): State<EnvelopeContext>,
     mut request: Request,
@@ -47,11 +57,8 @@ pub(crate) async fn envelope(
         .extensions_mut()
         .insert(RequestId(request_id.clone()));
     let method = request.method().clone();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", |p| p.as_str())
-        .to_owned();
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let route = metrics::route_label(matched.as_ref());
     let span = tracing::info_span!(
         "request",
         request_id = %request_id,
@@ -62,15 +69,45 @@ pub(crate) async fn envelope(
         operator_id = tracing::field::Empty,
     );
     let started = Instant::now();
-    let response = next.run(request).instrument(span.clone()).await;
+    let answer = next.run(request).instrument(span.clone());
+    let response = match ctx.request_timeout {
+        Some(limit) => within(limit, answer).await,
+        None => answer.await,
+    };
     let mut response = render_error(response, &request_id, &ctx.docs_base);
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }
-    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let elapsed = started.elapsed();
     let status = response.status().as_u16();
+    if let Some(listener) = ctx.listener {
+        let method = metrics::method_label(&method);
+        metrics::request_finished(listener, route, method, status, elapsed);
+    }
+    let latency_ms = elapsed.as_secs_f64() * 1000.0;
     span.in_scope(|| tracing::info!(status, latency_ms, "request finished"));
     response
+}
+
+/// Answers 503 `service_unavailable` (retryable) when a request outlasts
+/// `http.request_timeout_ms`. An order whose answer is cut off this way may
+/// still be committed by its account actor: the partner's retry with the
+/// same Idempotency-Key gets it once.
+async fn within(limit: Duration, answer: impl Future<Output = Response>) -> Response {
+    use axum::response::IntoResponse;
+    match tokio::time::timeout(limit, answer).await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::warn!(
+                limit_ms = limit.as_millis() as u64,
+                "request outlasted http.request_timeout_ms; answered 503"
+            );
+            ApiError::new(ErrorCode::ServiceUnavailable)
+                .with_message("The request took too long; retry it (with the same Idempotency-Key for an order).")
+                .with_extra("retryable", true)
+                .into_response()
+        }
+    }
 }
 
 /// Writes the envelope for an [`ApiError`] left by a handler, or for a bare

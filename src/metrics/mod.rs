@@ -16,25 +16,19 @@
 //! [`MatchedPath`], never the raw path, so ids do not make new series),
 //! unknown methods with `other`, and nothing is labelled per partner.
 
-use std::{
-    sync::OnceLock,
-    time::{Duration, Instant},
-};
+use std::{sync::OnceLock, time::Duration};
 
-use axum::{
-    extract::{MatchedPath, Request, State},
-    http::Method,
-    middleware::Next,
-    response::Response,
-};
+use axum::{extract::MatchedPath, http::Method};
 use chrono::{DateTime, Utc};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 mod database;
+mod requests;
 mod scrape;
 
 pub(crate) use database::*;
+pub(crate) use requests::request_finished;
 pub(crate) use scrape::{ScrapeGauges, render};
 
 use crate::store::orders::Settled;
@@ -135,10 +129,18 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// The Prometheus exposition format's content type.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// The process's recorder, once [`install`]ed.
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Whether the process's recorder is installed (handles registered before
+/// would record nowhere).
+fn is_installed() -> bool {
+    HANDLE.get().is_some()
+}
+
 /// Installs the process's recorder on first call and returns its handle.
 /// Later calls return the same handle.
 pub(crate) fn install() -> &'static PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         let builder = with_buckets().unwrap_or_else(|err| {
             tracing::warn!(error = %err, "histogram buckets refused; latencies are exported as summaries");
@@ -340,28 +342,6 @@ fn describe_rate_limit_redis() {
     );
 }
 
-/// Middleware recording [`HTTP_REQUESTS`] and [`HTTP_REQUEST_DURATION`] for
-/// every request of a listener (the state is the listener's name).
-pub(crate) async fn track_requests(
-    State(listener): State<&'static str>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let route = route_label(request.extensions().get::<MatchedPath>()).to_owned();
-    let method = method_label(request.method());
-    let started = Instant::now();
-    let response = next.run(request).await;
-    let labels = [
-        ("listener", listener.to_owned()),
-        ("route", route),
-        ("method", method.to_owned()),
-        ("status", response.status().as_u16().to_string()),
-    ];
-    counter!(HTTP_REQUESTS, &labels).increment(1);
-    histogram!(HTTP_REQUEST_DURATION, &labels).record(started.elapsed().as_secs_f64());
-    response
-}
-
 /// The route template a request matched, or `unmatched`.
 pub(crate) fn route_label(matched: Option<&MatchedPath>) -> &str {
     matched.map_or("unmatched", MatchedPath::as_str)
@@ -383,8 +363,8 @@ pub(crate) fn method_label(method: &Method) -> &'static str {
 }
 
 /// An order accepted by its account actor.
-pub(crate) fn order_accepted(mode: &str) {
-    counter!(ORDERS_ACCEPTED, "mode" => mode.to_owned()).increment(1);
+pub(crate) fn order_accepted(mode: &'static str) {
+    counter!(ORDERS_ACCEPTED, "mode" => mode).increment(1);
 }
 
 /// An order settled at `now`: counted by outcome, and its time since
