@@ -221,7 +221,7 @@ impl Application {
 /// time bound is the envelope's: [`EnvelopeContext::request_timeout`]).
 fn public_router(state: &AppState) -> Router {
     Router::new()
-        .nest("/partner/v1", http::partner_routes(state))
+        .merge(http::partner_routes(state))
         .nest("/docs", docs::routes())
         .nest("/callbacks", http::callback_routes())
         .with_state(state.clone())

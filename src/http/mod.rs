@@ -33,31 +33,41 @@ pub fn callback_routes() -> Router<AppState> {
         .route("/airalo", post(orders::airalo_callback))
 }
 
-/// Routes under `/partner/v1`: `/health` open, the rest behind the
+/// Where the partner API is served.
+pub const PARTNER_BASE: &str = "/partner/v1";
+
+/// A partner route's full path. The routes carry it rather than being
+/// nested under it: a nested route strips the prefix from every request's
+/// URI (a new URI each time) before it reaches its handler.
+fn at(path: &str) -> String {
+    format!("{PARTNER_BASE}{path}")
+}
+
+/// Routes under [`PARTNER_BASE`]: `/health` open, the rest behind the
 /// authentication layer of their rate class.
 pub fn partner_routes(state: &AppState) -> Router<AppState> {
     let read = Router::new()
-        .route("/me", get(me::me))
-        .route("/balance", get(me::balance))
-        .route("/plans/{id}", get(plans::show))
-        .route("/plans/{id}/price", get(plans::price))
-        .route("/destinations", get(plans::destinations))
-        .route("/orders/{id}", get(orders::show))
-        .route("/esims", get(esims::list))
-        .route("/esims/{iccid}", get(esims::show))
-        .route("/esims/{iccid}/install", get(esims::install))
-        .route("/esims/{iccid}/usage", get(esims::usage))
-        .route("/deposits/{id}", get(deposits::show))
-        .route("/ledger", get(deposits::ledger));
-    let catalogue = Router::new().route("/plans", get(plans::list));
-    let list_orders = Router::new().route("/orders", get(orders::list));
-    let list_deposits = Router::new().route("/deposits", get(deposits::list));
-    let write_deposits = Router::new().route("/deposits", post(deposits::create));
+        .route(&at("/me"), get(me::me))
+        .route(&at("/balance"), get(me::balance))
+        .route(&at("/plans/{id}"), get(plans::show))
+        .route(&at("/plans/{id}/price"), get(plans::price))
+        .route(&at("/destinations"), get(plans::destinations))
+        .route(&at("/orders/{id}"), get(orders::show))
+        .route(&at("/esims"), get(esims::list))
+        .route(&at("/esims/{iccid}"), get(esims::show))
+        .route(&at("/esims/{iccid}/install"), get(esims::install))
+        .route(&at("/esims/{iccid}/usage"), get(esims::usage))
+        .route(&at("/deposits/{id}"), get(deposits::show))
+        .route(&at("/ledger"), get(deposits::ledger));
+    let catalogue = Router::new().route(&at("/plans"), get(plans::list));
+    let list_orders = Router::new().route(&at("/orders"), get(orders::list));
+    let list_deposits = Router::new().route(&at("/deposits"), get(deposits::list));
+    let write_deposits = Router::new().route(&at("/deposits"), post(deposits::create));
     // POST /orders gates in the handler: a gating refusal binds the Idempotency-Key.
-    let write_orders = Router::new().route("/orders", post(orders::create));
+    let write_orders = Router::new().route(&at("/orders"), post(orders::create));
     Router::new()
-        .route("/health", get(health::health))
-        .route("/openapi.json", get(openapi::serve))
+        .route(&at("/health"), get(health::health))
+        .route(&at("/openapi.json"), get(openapi::serve))
         .merge(behind_auth(read, state, RateClass::Read, false))
         .merge(behind_auth(catalogue, state, RateClass::Catalogue, false))
         .merge(
