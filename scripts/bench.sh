@@ -12,6 +12,11 @@
 #   scripts/bench.sh profile    the same load (PROFILE_PARTNERS partners, 100) under
 #                               perf: where the time goes (CALL_GRAPH=dwarf for
 #                               whole call stacks)
+#   scripts/bench.sh instructions
+#                               the server under valgrind's callgrind, SQLite, one
+#                               partner: instructions per GET /balance and per
+#                               accepted and settled order, which (unlike seconds)
+#                               repeat from run to run; CALLGRIND_OUT keeps the files
 #
 # PARTNER_COUNTS="1 100" and DATABASES=sqlite (or postgres) run a part of it.
 set -euo pipefail
@@ -39,7 +44,10 @@ start_simulators() {
   echo "simulate did not start" >&2; cat "$work/simulate.log" >&2; exit 1
 }
 # The service as a user runs it (its defaults), buying from the separate
-# simulators, with only the rate limits lifted.
+# simulators, with only the rate limits lifted; under server_wrapper (a
+# command and its arguments) if one is set.
+server_wrapper=()
+health_tries=100
 start_default_server() { # start_default_server <database url>
   env ESIM__DATABASE__URL="$1" ESIM__LOG__LEVEL=warn ESIM__SUPPLIER__REQUESTS_PER_SECOND=0 \
     ESIM__SUPPLIER__BASE_URL=http://127.0.0.1:18590 ESIM__AIRALO__BASE_URL=http://127.0.0.1:18590/v2 \
@@ -47,9 +55,9 @@ start_default_server() { # start_default_server <database url>
     ESIM__HTTP__PUBLIC_ADDR=127.0.0.1:18580 ESIM__HTTP__OPERATOR_ADDR=127.0.0.1:18581 \
     ESIM__RATE_LIMIT__BANDS__GOLD__WRITE__LIMIT=$lift ESIM__RATE_LIMIT__BANDS__GOLD__READ__LIMIT=$lift \
     ESIM__RATE_LIMIT__BANDS__GOLD__CATALOGUE__LIMIT=$lift ESIM__OPERATOR__FOUR_EYES_CENTS=100000000000 \
-    "$bin" serve > "$work/serve.log" 2>&1 &
+    "${server_wrapper[@]}" "$bin" serve > "$work/serve.log" 2>&1 &
   server=$!
-  for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18580/partner/v1/health >/dev/null && return 0; sleep 0.2; done
+  for _ in $(seq 1 "$health_tries"); do curl -sf http://127.0.0.1:18580/partner/v1/health >/dev/null && return 0; sleep 0.2; done
   echo "server did not start" >&2; cat "$work/serve.log" >&2; exit 1
 }
 
@@ -201,7 +209,47 @@ profile_orders() {
   done
   stop_all
 }
+# Instructions the server executes per request and per order, counted by
+# callgrind (valgrind) with counting switched on only for each drive: what a
+# change saves on the request path shows without the noise of a shared
+# machine. Under valgrind the server runs some hundred times slower, so the
+# orders' batches are smaller than under wrk at full speed, and a memory
+# copy counts as many instructions as it moves words.
+instructions() {
+  command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; return 1; }
+  local out="${CALLGRIND_OUT:-$work/callgrind}" key requests orders before
+  start_simulators
+  health_tries=600
+  server_wrapper=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$out.balance")
+  start_default_server "sqlite://$work/instructions-balance.db?mode=rwc"
+  key=$(keys_file 1)
+  callgrind_control -i on "$server" >/dev/null 2>&1
+  requests=$(API_KEY="$(head -1 "$key")" wrk -t1 -c8 -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1 | jq .requests)
+  callgrind_control -i off "$server" >/dev/null 2>&1
+  stop_server
+  echo "{\"database\":\"sqlite\",\"read\":\"/balance\",\"requests\":$requests,\"instructions_per_request\":$(( $(callgrind_total "$out.balance") / requests ))}"
+  server_wrapper=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$out.orders")
+  start_default_server "sqlite://$work/instructions-orders.db?mode=rwc"
+  key=$(keys_file 1)
+  # A warm-up drive first: the supplier orders' drivers and the writers start.
+  KEYS_FILE="$key" RUN="warm-$RANDOM" wrk -t1 -c16 -d5s -s scripts/wrk/orders.lua http://127.0.0.1:18580 >/dev/null
+  wait_settled >/dev/null
+  before=$(accepted_total)
+  callgrind_control -i on "$server" >/dev/null 2>&1
+  KEYS_FILE="$key" RUN="cg-$RANDOM" wrk -t1 -c16 -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 >/dev/null
+  wait_settled >/dev/null
+  callgrind_control -i off "$server" >/dev/null 2>&1
+  orders=$(( $(accepted_total) - before ))
+  stop_server
+  echo "{\"database\":\"sqlite\",\"partners\":1,\"orders\":$orders,\"instructions_per_accepted_and_settled_order\":$(( $(callgrind_total "$out.orders") / (orders > 0 ? orders : 1) ))}"
+  server_wrapper=()
+  health_tries=100
+  stop_all
+}
+# The instructions a callgrind file counted.
+callgrind_total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
 if [ "${1:-all}" = orders ]; then orders_side_by_side; exit 0; fi
+if [ "${1:-all}" = instructions ]; then instructions; exit 0; fi
 if [ "${1:-all}" = profile ]; then profile_orders; exit 0; fi
 orders_side_by_side
 
