@@ -69,10 +69,12 @@ pub(crate) async fn envelope(
         operator_id = tracing::field::Empty,
     );
     let started = Instant::now();
-    let answer = next.run(request).instrument(span.clone());
+    // The span covers the time bound too, so that a timeout's log line
+    // carries the request's id and route.
+    let answer = next.run(request);
     let response = match ctx.request_timeout {
-        Some(limit) => within(limit, answer).await,
-        None => answer.await,
+        Some(limit) => within(limit, answer).instrument(span.clone()).await,
+        None => answer.instrument(span.clone()).await,
     };
     let mut response = render_error(response, &request_id, &ctx.docs_base);
     if let Ok(value) = HeaderValue::from_str(&request_id) {

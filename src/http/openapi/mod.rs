@@ -177,7 +177,7 @@ impl Modify for CommonParts {
     fn modify(&self, doc: &mut Document) {
         doc.servers = Some(vec![
             ServerBuilder::new()
-                .url("/partner/v1")
+                .url(crate::http::PARTNER_BASE)
                 .description(Some("The partner API, relative to the service's address"))
                 .build(),
         ]);
