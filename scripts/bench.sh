@@ -219,17 +219,14 @@ instructions() {
   command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; return 1; }
   local out="${CALLGRIND_OUT:-$work/callgrind}" key requests orders before
   start_simulators
-  health_tries=600
-  server_wrapper=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$out.balance")
-  start_default_server "sqlite://$work/instructions-balance.db?mode=rwc"
+  start_counted_server "$out.balance"
   key=$(keys_file 1)
   callgrind_control -i on "$server" >/dev/null 2>&1
   requests=$(API_KEY="$(head -1 "$key")" wrk -t1 -c8 -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1 | jq .requests)
   callgrind_control -i off "$server" >/dev/null 2>&1
   stop_server
   echo "{\"database\":\"sqlite\",\"read\":\"/balance\",\"requests\":$requests,\"instructions_per_request\":$(( $(callgrind_total "$out.balance") / requests ))}"
-  server_wrapper=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$out.orders")
-  start_default_server "sqlite://$work/instructions-orders.db?mode=rwc"
+  start_counted_server "$out.orders"
   key=$(keys_file 1)
   # A warm-up drive first: the supplier orders' drivers and the writers start.
   KEYS_FILE="$key" RUN="warm-$RANDOM" wrk -t1 -c16 -d5s -s scripts/wrk/orders.lua http://127.0.0.1:18580 >/dev/null
@@ -242,9 +239,14 @@ instructions() {
   orders=$(( $(accepted_total) - before ))
   stop_server
   echo "{\"database\":\"sqlite\",\"partners\":1,\"orders\":$orders,\"instructions_per_accepted_and_settled_order\":$(( $(callgrind_total "$out.orders") / (orders > 0 ? orders : 1) ))}"
-  server_wrapper=()
-  health_tries=100
   stop_all
+}
+# start_counted_server <callgrind file>: the default server on a new SQLite
+# file, under callgrind with counting off until switched on (valgrind starts
+# it slowly, hence the longer wait).
+start_counted_server() {
+  local server_wrapper=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$1") health_tries=600
+  start_default_server "sqlite://$work/$(basename "$1").db?mode=rwc"
 }
 # The instructions a callgrind file counted.
 callgrind_total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
