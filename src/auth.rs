@@ -21,7 +21,7 @@ use sea_orm::DbErr;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    domain::partner::Mode,
+    domain::{partner::Mode, rate::KeyBuckets},
     store::{
         self, Db,
         changes::{Change, Heard, Subscription},
@@ -39,6 +39,8 @@ pub struct KeyRecord {
     pub mode: Mode,
     /// Parsed allowlist; `None` means any source.
     pub allowlist: Option<Vec<IpNet>>,
+    /// The key's rate-limit buckets, named once here instead of per request.
+    pub buckets: KeyBuckets,
 }
 
 /// Cached key lookups by secret digest.
@@ -71,6 +73,7 @@ impl KeyDirectory {
         let mode = key.mode;
         let record = Arc::new(KeyRecord {
             allowlist: parse_allowlist(key.allowed_cidrs.as_ref()),
+            buckets: KeyBuckets::for_key(&key.id),
             key,
             partner,
             mode,

@@ -30,6 +30,35 @@ impl RateClass {
             RateClass::Catalogue => "catalogue",
         }
     }
+
+    /// The class's place in [`RateClass::ALL`].
+    fn position(self) -> usize {
+        match self {
+            RateClass::Read => 0,
+            RateClass::Write => 1,
+            RateClass::Supplier => 2,
+            RateClass::Catalogue => 3,
+        }
+    }
+}
+
+/// The names of one API key's rate-limit windows, one per class
+/// (`key:<key id>:<class>`), made once when the key is looked up rather
+/// than formatted on every request. Every node names them alike, so the
+/// Redis backend's windows are shared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyBuckets([String; 4]);
+
+impl KeyBuckets {
+    /// The buckets of the key with this id.
+    pub fn for_key(key_id: &str) -> Self {
+        Self(RateClass::ALL.map(|class| format!("key:{key_id}:{}", class.as_str())))
+    }
+
+    /// The bucket counting this key's requests of `class`.
+    pub fn of(&self, class: RateClass) -> &str {
+        &self.0[class.position()]
+    }
 }
 
 /// A limit per window.
@@ -112,6 +141,23 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// The buckets keep the names formatted per request before them, which
+    /// other nodes (and windows already counted in Redis) go by.
+    #[test]
+    fn key_buckets_are_named_per_key_and_class() {
+        let buckets = KeyBuckets::for_key("key_01ABC");
+        for class in RateClass::ALL {
+            assert_eq!(
+                buckets.of(class),
+                format!("key:key_01ABC:{}", class.as_str())
+            );
+        }
+        assert_eq!(buckets.of(RateClass::Write), "key:key_01ABC:write");
+        for (place, class) in RateClass::ALL.into_iter().enumerate() {
+            assert_eq!(class.position(), place);
+        }
+    }
 
     const FIVE: Window = Window {
         limit: 3,

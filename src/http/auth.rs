@@ -101,10 +101,7 @@ pub async fn authenticate(
     let window = band_for(app, &record).window(layer.class);
     let counted = app
         .limiter
-        .hit(
-            &format!("key:{}:{}", record.key.id, layer.class.as_str()),
-            window,
-        )
+        .hit(record.buckets.of(layer.class), window)
         .await;
     let response = if !counted.allowed {
         crate::metrics::rate_limited(layer.class.as_str());
