@@ -13,10 +13,14 @@
 #                               perf: where the time goes (CALL_GRAPH=dwarf for
 #                               whole call stacks)
 #   scripts/bench.sh instructions
-#                               the server under valgrind's callgrind, SQLite, one
-#                               partner: instructions per GET /balance and per
-#                               accepted and settled order, which (unlike seconds)
-#                               repeat from run to run; CALLGRIND_OUT keeps the files
+#                               the server under valgrind's callgrind, SQLite:
+#                               instructions per GET /balance and per accepted and
+#                               settled order (INSTRUCTION_PARTNERS partners, 1),
+#                               which (unlike seconds) repeat from run to run;
+#                               CALLGRIND_OUT keeps the files
+#   scripts/bench.sh statements PostgreSQL's own time per order, statement by
+#                               statement (pg_stat_statements, which the server at
+#                               PG_URL must preload), with 1 and 100 partners
 #
 # PARTNER_COUNTS="1 100" and DATABASES=sqlite (or postgres) run a part of it.
 set -euo pipefail
@@ -217,7 +221,7 @@ profile_orders() {
 # copy counts as many instructions as it moves words.
 instructions() {
   command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; return 1; }
-  local out="${CALLGRIND_OUT:-$work/callgrind}" key requests orders before
+  local out="${CALLGRIND_OUT:-$work/callgrind}" partners="${INSTRUCTION_PARTNERS:-1}" key requests orders before
   start_simulators
   start_counted_server "$out.balance"
   key=$(keys_file 1)
@@ -227,7 +231,7 @@ instructions() {
   stop_server
   echo "{\"database\":\"sqlite\",\"read\":\"/balance\",\"requests\":$requests,\"instructions_per_request\":$(( $(callgrind_total "$out.balance") / requests ))}"
   start_counted_server "$out.orders"
-  key=$(keys_file 1)
+  key=$(keys_file "$partners")
   # A warm-up drive first: the supplier orders' drivers and the writers start.
   KEYS_FILE="$key" RUN="warm-$RANDOM" wrk -t1 -c16 -d5s -s scripts/wrk/orders.lua http://127.0.0.1:18580 >/dev/null
   wait_settled >/dev/null
@@ -238,7 +242,7 @@ instructions() {
   callgrind_control -i off "$server" >/dev/null 2>&1
   orders=$(( $(accepted_total) - before ))
   stop_server
-  echo "{\"database\":\"sqlite\",\"partners\":1,\"orders\":$orders,\"instructions_per_accepted_and_settled_order\":$(( $(callgrind_total "$out.orders") / (orders > 0 ? orders : 1) ))}"
+  echo "{\"database\":\"sqlite\",\"partners\":$partners,\"orders\":$orders,\"instructions_per_accepted_and_settled_order\":$(( $(callgrind_total "$out.orders") / (orders > 0 ? orders : 1) ))}"
   stop_all
 }
 # start_counted_server <callgrind file>: the default server on a new SQLite
@@ -248,11 +252,48 @@ start_counted_server() {
   local server_wrapper=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$1") health_tries=600
   start_default_server "sqlite://$work/$(basename "$1").db?mode=rwc"
 }
+# PostgreSQL's own time per accepted and settled order, statement by
+# statement: one drive per partner count on a new database, the server's
+# pg_stat_statements view reset before it and read once every order settled.
+# The server at PG_URL must preload the view's library
+# (shared_preload_libraries = 'pg_stat_statements'); docs/load-testing.md
+# shows one started for it beside the machine's own.
+statements() {
+  psql "$PG_URL/postgres" -qc "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null 2>&1 \
+    && psql "$PG_URL/postgres" -qAtc "SELECT 1 FROM pg_stat_statements LIMIT 1" >/dev/null 2>&1 \
+    || { echo "pg_stat_statements is not loaded by the server at $PG_URL" >&2; return 1; }
+  start_simulators
+  for partners in ${PARTNER_COUNTS:-1 100}; do
+    local tag="stmts-$partners-$RANDOM" keys orders result
+    psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null
+    start_default_server "$PG_URL/esim_bench_$tag"
+    keys=$(keys_file "$partners")
+    psql "$PG_URL/postgres" -qAtc "SELECT pg_stat_statements_reset()" >/dev/null
+    result=$(KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
+    wait_settled >/dev/null
+    orders=$(accepted_total)
+    echo "{\"database\":\"postgres\",\"partners\":$partners,\"result\":$result,\"accepted\":$orders}"
+    psql "$PG_URL/postgres" -qAt -v orders="$orders" -v db="esim_bench_$tag" <<'SQL'
+SELECT json_build_object(
+  'statement', left(regexp_replace(s.query, '\s+', ' ', 'g'), 120),
+  'calls', s.calls, 'rows', s.rows,
+  'exec_us_per_order', round((s.total_exec_time * 1000 / greatest(:orders, 1))::numeric, 1),
+  'blocks_per_order', round(((s.shared_blks_hit + s.shared_blks_read)::numeric / greatest(:orders, 1)), 1),
+  'wal_records_per_order', round((s.wal_records::numeric / greatest(:orders, 1)), 2))
+FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+WHERE d.datname = :'db' ORDER BY s.total_exec_time DESC LIMIT 15;
+SQL
+    stop_server
+    psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_$tag\" WITH (FORCE)" >/dev/null
+  done
+  stop_all
+}
 # The instructions a callgrind file counted.
 callgrind_total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
 if [ "${1:-all}" = orders ]; then orders_side_by_side; exit 0; fi
 if [ "${1:-all}" = instructions ]; then instructions; exit 0; fi
 if [ "${1:-all}" = profile ]; then profile_orders; exit 0; fi
+if [ "${1:-all}" = statements ]; then statements; exit 0; fi
 orders_side_by_side
 
 for database in "${databases[@]}"; do
