@@ -51,8 +51,8 @@ pub fn issue(mode: Mode) -> IssuedSecret {
 /// Lowercase hex SHA-256 of a presented key.
 pub fn digest(secret: &str) -> String {
     // Encoded into a buffer at once: `hex::encode` pushes it char by char,
-    // about an eighth of authenticating a request. 32 bytes fill the 64 digits exactly,
-    // so the encoding cannot fail, and hex digits are always UTF-8.
+    // about an eighth of authenticating a request. 32 bytes fill the 64
+    // digits exactly, so the encoding cannot fail; hex digits are UTF-8.
     let mut hex = [0u8; 64];
     let _ = hex::encode_to_slice(Sha256::digest(secret.as_bytes()), &mut hex);
     String::from_utf8_lossy(&hex).into_owned()
