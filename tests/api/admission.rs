@@ -82,7 +82,16 @@ async fn live_balance(app: &TestApp, secret: &str) -> i64 {
 
 #[tokio::test]
 async fn a_burst_beyond_capacity_is_refused_at_once_uncharged_and_retried_with_the_same_key() {
-    let app = slow_supplier().await;
+    // The supplier allocates 2 s after a placement, so no unit of the burst
+    // is delivered (freeing room) before the whole burst is answered, however
+    // slowly the machine answers it.
+    let held: Vec<(&str, &str)> = SLOW_SUPPLIER
+        .iter()
+        .copied()
+        .filter(|(key, _)| *key != "simulators.supplier_latency_ms")
+        .chain([("simulators.supplier_latency_ms", "2000")])
+        .collect();
+    let app = spawn_app_with(&held).await;
     let (_, live, sandbox) = gold_partner(&app).await;
     let before = live_balance(&app, &live).await;
 
