@@ -343,7 +343,7 @@ async fn provision_claimed(
             let Some(order) = store::orders::get_order(&args.db, order_id).await? else {
                 return Ok(());
             };
-            let units: Vec<order_unit::Model> = store::orders::units_of(&args.db, order_id)
+            let units: Vec<order_unit::Model> = store::orders::units_of(&args.db, &order)
                 .await?
                 .into_iter()
                 .filter(|u| u.status == UnitStatus::Pending)

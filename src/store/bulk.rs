@@ -93,6 +93,49 @@ pub(crate) fn insert_new_statement<E: EntityTrait>(
     )))
 }
 
+/// [`insert_statement`] for rows that may exist already: a row whose
+/// `key` columns are taken has its `set` columns overwritten by the new
+/// row's, where the existing row passes `guard` (SQL over the table's own
+/// columns, `"table"."column"`); else it is left alone. Rows inserted and
+/// rows overwritten both count as changed.
+pub(crate) fn upsert_statement<E: EntityTrait>(
+    backend: DbBackend,
+    models: &[E::Model],
+    key: &[E::Column],
+    set: &[E::Column],
+    guard: &str,
+) -> Result<Option<Statement>, DbErr> {
+    if models.is_empty() {
+        return Ok(None);
+    }
+    let quoted = |columns: &[E::Column]| {
+        columns
+            .iter()
+            .map(|c| format!("\"{}\"", c.as_str()))
+            .collect::<Vec<_>>()
+    };
+    let key = quoted(key).join(", ");
+    let set = quoted(set)
+        .iter()
+        .map(|c| format!("{c} = excluded.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // As in `insert_new_statement`: SQLite needs a `WHERE` before `ON`.
+    let filler = match backend {
+        DbBackend::Postgres => "",
+        _ => " WHERE true",
+    };
+    let sql = format!(
+        "{}{filler} ON CONFLICT ({key}) DO UPDATE SET {set} WHERE {guard}",
+        insert_sql::<E>(backend)
+    );
+    Ok(Some(Statement::from_sql_and_values(
+        backend,
+        sql,
+        rows_values::<E>(backend, models)?,
+    )))
+}
+
 /// The insert of one row of `E`, a `?` per column in the order
 /// [`row_values`] gives them; with `skip_taken` columns, a row whose values
 /// there are taken is skipped rather than an error. The form for a writer that runs one

@@ -663,7 +663,10 @@ mod tests {
             .count(&db)
             .await
             .unwrap();
-        assert_eq!(units, 2, "one pending unit per quantity");
+        assert_eq!(
+            units, 0,
+            "a unit's row waits for the supplier order that takes it"
+        );
         let key = idempotency_key::Entity::find_by_id((partner_id.clone(), "k1".to_owned()))
             .one(&db)
             .await
@@ -929,6 +932,16 @@ mod tests {
         let (_dir, db, partner_id) = funded_partner("inline-deliver.db").await;
         let order = accepted(&db, &partner_id, "d1").await;
         let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
+        // A supplier order takes both units (writes their rows) first.
+        let units: Vec<String> = (1..=2)
+            .map(|n| crate::store::orders::unit_id(&order.id, n))
+            .collect();
+        writer
+            .transaction(move |c| {
+                crate::store::supplier_orders::open_inline(c, &supplier_row("C1", 2), &units)
+            })
+            .await
+            .unwrap();
         let deliver = |profiles: Vec<esim::Model>| {
             let writer = &writer;
             async move {

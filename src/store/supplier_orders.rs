@@ -8,14 +8,14 @@ use chrono::{DateTime, Utc};
 use entities::{order_unit, supplier_order};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter,
-    QueryOrder, QueryTrait, UpdateMany,
+    QueryOrder, QueryTrait, Statement, UpdateMany,
     sea_query::{Expr, ExprTrait},
 };
 
 use super::{
     Db, bulk,
     inline_write::{self, InlineFailed, InlineWriter},
-    write_alone,
+    orders, write_alone,
 };
 use crate::domain::states::{SupplierOrderStatus, UnitStatus};
 
@@ -34,10 +34,13 @@ pub(crate) async fn open<C: ConnectionTrait>(
         &row.id,
         row.created_at,
         unit_ids,
-    );
+    )?;
     supplier_order::ActiveModel::from(row).insert(txn).await?;
-    let taken = take.exec(txn).await?;
-    Ok(taken.rows_affected == unit_ids.len() as u64)
+    let taken = match take {
+        Some(take) => txn.execute_raw(take).await?.rows_affected(),
+        None => 0,
+    };
+    Ok(taken == unit_ids.len() as u64)
 }
 
 /// [`open`] in the inline writer's transaction (SQLite): `Refused` when a
@@ -53,37 +56,56 @@ pub(crate) fn open_inline(
         std::slice::from_ref(row),
         &[],
     )?;
-    let take = backend.build(&take_units(backend, &row.id, row.created_at, unit_ids).into_query());
-    match inline_write::execute(connection, &take)? == unit_ids.len() {
+    let take = take_units(backend, &row.id, row.created_at, unit_ids)
+        .map_err(InlineFailed::Unavailable)?;
+    let taken = match take {
+        Some(take) => inline_write::execute(connection, &take)?,
+        None => 0,
+    };
+    match taken == unit_ids.len() {
         true => Ok(()),
         false => Err(InlineFailed::Refused(())),
     }
 }
 
-/// The update that gives supplier order `supplier_order_id`, opened `at`,
-/// its units: those of `unit_ids` still pending and carried by no supplier
-/// order.
+/// The statement that gives supplier order `supplier_order_id`, opened
+/// `at`, its units: each unit of `unit_ids` is written down carried by it,
+/// or, where its row exists already (a unit an earlier pass counted a
+/// failed attempt on), taken if still pending and carried by no supplier
+/// order. A unit's row is written when a supplier order takes it, not when
+/// its order is accepted: until then the order's quantity says it is
+/// pending.
 fn take_units(
     backend: DbBackend,
     supplier_order_id: &str,
     at: DateTime<Utc>,
     unit_ids: &[String],
-) -> UpdateMany<order_unit::Entity> {
-    order_unit::Entity::update_many()
-        .col_expr(
+) -> Result<Option<Statement>, DbErr> {
+    let rows = unit_ids
+        .iter()
+        .map(|id| {
+            let (order_id, n) = orders::unit_of_id(id)
+                .ok_or_else(|| DbErr::Custom(format!("not a unit id: {id}")))?;
+            let carried = Some(supplier_order_id);
+            Ok(orders::unit_row(
+                order_id,
+                n,
+                UnitStatus::Pending,
+                carried,
+                at,
+            ))
+        })
+        .collect::<Result<Vec<_>, DbErr>>()?;
+    bulk::upsert_statement::<order_unit::Entity>(
+        backend,
+        &rows,
+        &[order_unit::Column::Id],
+        &[
             order_unit::Column::SupplierTxnId,
-            Expr::value(Some(supplier_order_id.to_owned())),
-        )
-        .col_expr(order_unit::Column::UpdatedAt, Expr::value(at))
-        .filter(bulk::column_in_for(
-            backend,
-            order_unit::Column::Id,
-            unit_ids.iter().map(String::as_str),
-        ))
-        .filter(bulk::checked_only(
-            order_unit::Column::SupplierTxnId.is_null(),
-        ))
-        .filter(order_unit::Column::Status.eq(UnitStatus::Pending))
+            order_unit::Column::UpdatedAt,
+        ],
+        "\"order_units\".\"supplier_txn_id\" IS NULL AND \"order_units\".\"status\" = 'pending'",
+    )
 }
 
 pub(crate) async fn get<C: ConnectionTrait>(
@@ -298,25 +320,4 @@ pub(crate) async fn supplier_of_unit<C: ConnectionTrait>(
         return Ok(None);
     };
     Ok(get(db, &txn).await?.map(|row| row.supplier))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::tests::assert_planned_through;
-
-    /// A new supplier order takes its units by primary key: through the
-    /// index of units carried by no supplier order it walked every unit
-    /// waiting for one (the whole backlog) for each supplier order.
-    #[tokio::test]
-    async fn a_supplier_order_takes_its_units_by_primary_key() {
-        let units = ["unit_a".to_owned(), "unit_b".to_owned()];
-        let take = take_units(DbBackend::Sqlite, "sup_a", Utc::now(), &units);
-        assert_planned_through(
-            DbBackend::Sqlite.build(&take.into_query()),
-            "order_units USING INDEX sqlite_autoindex_order_units_1 (id=?)",
-            "idx_order_units_supplier_txn_id",
-        )
-        .await;
-    }
 }

@@ -5,9 +5,13 @@
 //! order answer carries no price) the plan's cost floor stands in, and the
 //! units priced that way are counted as estimated.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbErr, Value};
 use serde::Serialize;
+
+use crate::domain::states::UnitStatus;
 
 /// One delivered or pending unit of an order and where it went.
 #[derive(Debug, Clone, Serialize)]
@@ -43,31 +47,51 @@ pub struct MarginRow {
     pub estimated_cost_units: i64,
 }
 
-/// The units of an order, in unit order, with their supplier orders.
+/// The units of an order, in unit order, with their supplier orders; a
+/// unit no supplier order has taken yet has no row and is listed pending.
 pub(crate) async fn units_of_order<C: ConnectionTrait>(
     db: &C,
     order_id: &str,
 ) -> Result<Vec<UnitSupply>, DbErr> {
-    let sql = "SELECT u.id AS unit_id, u.status AS status, so.supplier AS supplier, \
+    let sql = "SELECT o.quantity AS quantity, u.unit_index AS unit_index, u.id AS unit_id, \
+               u.status AS status, so.supplier AS supplier, \
                so.id AS supplier_order_id, so.order_no AS supplier_order_no, \
                so.unit_cost_cents AS unit_cost_cents \
-               FROM order_units u LEFT JOIN supplier_orders so ON so.id = u.supplier_txn_id \
-               WHERE u.order_id = $1 ORDER BY u.unit_index";
+               FROM orders o LEFT JOIN order_units u ON u.order_id = o.id \
+               LEFT JOIN supplier_orders so ON so.id = u.supplier_txn_id \
+               WHERE o.id = $1";
     let rows = db
         .query_all_raw(super::bulk::portable(db, sql, vec![order_id.into()]))
         .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(UnitSupply {
-                unit_id: row.try_get("", "unit_id")?,
-                status: row.try_get("", "status")?,
-                supplier: row.try_get("", "supplier")?,
-                supplier_order_id: row.try_get("", "supplier_order_id")?,
-                supplier_order_no: row.try_get("", "supplier_order_no")?,
-                unit_cost_cents: row.try_get("", "unit_cost_cents")?,
+    let mut quantity = 0;
+    let mut written: BTreeMap<i32, UnitSupply> = BTreeMap::new();
+    for row in &rows {
+        quantity = row.try_get::<i32>("", "quantity")?;
+        let Some(index) = row.try_get::<Option<i32>>("", "unit_index")? else {
+            continue;
+        };
+        let unit = UnitSupply {
+            unit_id: row.try_get("", "unit_id")?,
+            status: row.try_get("", "status")?,
+            supplier: row.try_get("", "supplier")?,
+            supplier_order_id: row.try_get("", "supplier_order_id")?,
+            supplier_order_no: row.try_get("", "supplier_order_no")?,
+            unit_cost_cents: row.try_get("", "unit_cost_cents")?,
+        };
+        written.insert(index, unit);
+    }
+    Ok((1..=quantity)
+        .map(|n| {
+            written.remove(&n).unwrap_or_else(|| UnitSupply {
+                unit_id: super::orders::unit_id(order_id, n),
+                status: UnitStatus::Pending.as_str().to_owned(),
+                supplier: None,
+                supplier_order_id: None,
+                supplier_order_no: None,
+                unit_cost_cents: None,
             })
         })
-        .collect()
+        .collect())
 }
 
 /// Delivered live units of orders created in `[from, to)`, per partner and

@@ -50,9 +50,13 @@ const CHECKS: &[Check] = &[
               LIMIT 1",
     },
     Check {
-        broken: "an order does not have as many units as its quantity",
+        // A unit's row is written when a supplier order takes it (or it is
+        // refunded): a processing order may have fewer, a settled one not.
+        broken: "an order has more units than its quantity, or is settled with fewer",
         sql: "SELECT o.id FROM orders o LEFT JOIN order_units u ON u.order_id = o.id \
-              GROUP BY o.id, o.quantity HAVING COUNT(u.id) != o.quantity LIMIT 1",
+              GROUP BY o.id, o.quantity, o.status \
+              HAVING COUNT(u.id) > o.quantity \
+              OR (o.status != 'processing' AND COUNT(u.id) != o.quantity) LIMIT 1",
     },
     Check {
         broken: "a live order's purchase row is not minus its total",

@@ -793,7 +793,12 @@ async fn the_202_snapshots_the_price_and_the_money_is_already_debited() {
         .all(&app.db)
         .await
         .unwrap();
-    assert_eq!(units.len(), 3, "child orders exist at the 202");
+    // A unit's row is written when a supplier order takes it, not at the 202.
+    assert!(units.len() <= 3, "{units:?}");
+    assert!(
+        units.iter().all(|u| u.supplier_txn_id.is_some()),
+        "{units:?}"
+    );
     assert_eq!(balance(&app, &secret).await, 10_000 - 3 * BRONZE_UNIT);
     assert_ledger_matches_float(&app, &partner_id).await;
 }

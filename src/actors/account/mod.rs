@@ -590,8 +590,9 @@ mod tests {
     async fn a_failed_commit_answers_the_whole_batch_500_and_memory_stays_equal_to_the_database() {
         let (_dir, db, partner_id) = database().await;
         let actor = spawn_actor(&db, &partner_id, None).await;
-        // Sabotage: units cannot be written, so the batch transaction fails half-way.
-        db.execute_unprepared("ALTER TABLE order_units RENAME TO order_units_gone")
+        // Sabotage: orders cannot be written, so the batch transaction fails
+        // half-way (after its debit and its keys).
+        db.execute_unprepared("ALTER TABLE orders RENAME TO orders_gone")
             .await
             .unwrap();
 
@@ -615,7 +616,7 @@ mod tests {
         assert_eq!(balances(&actor).await, database_balances);
 
         // Once the database is whole again, the same keys go through.
-        db.execute_unprepared("ALTER TABLE order_units_gone RENAME TO order_units")
+        db.execute_unprepared("ALTER TABLE orders_gone RENAME TO orders")
             .await
             .unwrap();
         let retried = send_batch(&actor, vec![request(&partner_id, "a1", 1000)]).await;

@@ -1,5 +1,8 @@
-//! Accepting a batch of orders: the units it opens and the one transaction
-//! that persists it (its key bindings are in [`super::bindings`]).
+//! Accepting a batch of orders: the one transaction that persists it (its
+//! key bindings are in [`super::bindings`]). An order's units are not
+//! written with it: a unit's row is written when a supplier order takes it
+//! (or it is refunded), and until then the order's quantity says it is
+//! pending ([`pending_units`]).
 
 use super::*;
 use crate::store::inline_write::{self, InlineFailed};
@@ -48,26 +51,47 @@ impl From<DbErr> for AcceptError {
     }
 }
 
-/// The units an order is accepted with: one per quantity, pending.
+/// The units an order is accepted with: one per quantity, pending (the
+/// rows a supplier order writes down when it takes them).
 pub fn pending_units(order: &order::Model, now: DateTime<Utc>) -> Vec<order_unit::Model> {
     (1..=order.quantity)
-        .map(|n| order_unit::Model {
-            id: unit_id(&order.id, n),
-            order_id: order.id.clone(),
-            unit_index: n,
-            status: UnitStatus::Pending,
-            supplier_order_no: None,
-            supplier_txn_id: None,
-            attempts: 0,
-            last_error: None,
-            updated_at: now,
-        })
+        .map(|n| unit_row(&order.id, n, UnitStatus::Pending, None, now))
         .collect()
+}
+
+/// The row of unit `n` of an order, in `status`, carried by
+/// `supplier_txn_id` if given, with no attempt counted.
+pub(crate) fn unit_row(
+    order_id: &str,
+    n: i32,
+    status: UnitStatus,
+    supplier_txn_id: Option<&str>,
+    now: DateTime<Utc>,
+) -> order_unit::Model {
+    order_unit::Model {
+        id: unit_id(order_id, n),
+        order_id: order_id.to_owned(),
+        unit_index: n,
+        status,
+        supplier_order_no: None,
+        supplier_txn_id: supplier_txn_id.map(str::to_owned),
+        attempts: 0,
+        last_error: None,
+        updated_at: now,
+    }
 }
 
 /// The id of an order's `n`-th unit (also the supplier transaction id).
 pub fn unit_id(order_id: &str, n: i32) -> String {
     format!("{order_id}_{n}")
+}
+
+/// The order and the index a unit's id names ([`unit_id`] read back; only
+/// the form it writes, so the id made again from them is this one).
+pub fn unit_of_id(unit_id: &str) -> Option<(&str, i32)> {
+    let (order_id, n) = unit_id.rsplit_once('_')?;
+    let canonical = n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0');
+    Some((order_id, n.parse().ok().filter(|_| canonical)?))
 }
 
 /// One partner's decided batch, as the shared writer hands it over.
@@ -162,7 +186,7 @@ pub async fn accept_batch<C: ConnectionTrait>(
 /// in the caller's transaction with the same statements whatever their
 /// number: one conditional debit over every float they spend from (each
 /// float debited by its batch's total for that mode), then one insert each of
-/// key bindings, orders, units and (live) purchase rows. Orders are in
+/// key bindings, orders and (live) purchase rows. Orders are in
 /// acceptance order; each purchase row gets its own `seq` and
 /// `balance_after`. Returns each batch's balances after, in order.
 ///
@@ -228,7 +252,6 @@ pub(crate) fn accept_batches_inline(
     after.keys.all_bound(bound)?;
     let rows = &after.rows;
     inline_write::insert_rows::<order::Entity, _>(connection, &rows.orders, &[])?;
-    inline_write::insert_rows::<order_unit::Entity, _>(connection, &rows.units, &[])?;
     inline_write::insert_rows::<ledger_entry::Entity, _>(connection, &rows.ledger, &[])?;
     Ok(after.balances)
 }
@@ -239,7 +262,7 @@ struct AfterDebit {
     balances: Vec<Balances>,
     /// The key bindings, written first.
     keys: KeyBindings,
-    /// The orders, their units and the purchase rows, written next.
+    /// The orders and the purchase rows, written next.
     rows: NewRows,
 }
 
@@ -247,8 +270,6 @@ struct AfterDebit {
 struct NewRows {
     /// The orders, in acceptance order.
     orders: Vec<order::Model>,
-    /// Their units, pending.
-    units: Vec<order_unit::Model>,
     /// The purchase rows of the live orders.
     ledger: Vec<ledger_entry::Model>,
 }
@@ -258,7 +279,6 @@ impl NewRows {
     fn statements(&self, backend: DbBackend) -> Result<Vec<Statement>, DbErr> {
         let inserts = [
             bulk::insert_statement::<order::Entity>(backend, &self.orders)?,
-            bulk::insert_statement::<order_unit::Entity>(backend, &self.units)?,
             bulk::insert_statement::<ledger_entry::Entity>(backend, &self.ledger)?,
         ];
         Ok(inserts.into_iter().flatten().collect())
@@ -295,16 +315,11 @@ fn writes_after_debit(
         .iter()
         .flat_map(|b| b.orders.iter().map(|o| o.order.clone()))
         .collect();
-    let unit_rows: Vec<order_unit::Model> = order_rows
-        .iter()
-        .flat_map(|o| pending_units(o, now))
-        .collect();
     Ok(AfterDebit {
         balances,
         keys: key_bindings(batches, now),
         rows: NewRows {
             orders: order_rows,
-            units: unit_rows,
             ledger: ledger_rows,
         },
     })
@@ -483,6 +498,25 @@ fn moved_floats(rows: Vec<(String, String, i64, i64)>) -> Result<Moved, DbErr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A unit's id names its order and index, read back as made, and
+    /// nothing else reads as one.
+    #[test]
+    fn a_unit_id_reads_back_as_its_order_and_index() {
+        let id = unit_id("ord_7Kq2x", 12);
+        assert_eq!(unit_of_id(&id), Some(("ord_7Kq2x", 12)));
+        for not_a_unit in [
+            "ord_7Kq2x",
+            "ord_7Kq2x_",
+            "ord_7Kq2x_0",
+            "ord_7Kq2x_-1",
+            "ord_7Kq2x_01",
+            "ord_7Kq2x_+1",
+            "7",
+        ] {
+            assert_eq!(unit_of_id(not_a_unit), None, "{not_a_unit}");
+        }
+    }
 
     fn debit(batch: usize, partner: usize, mode: Mode, total: i64) -> Debit {
         Debit {

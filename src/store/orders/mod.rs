@@ -197,16 +197,36 @@ pub async fn list_orders<C: ConnectionTrait>(
         .await
 }
 
-/// The units of an order, in order.
+/// The units of an order, in order: those with a row as stored, and those
+/// without one (no supplier order has taken them yet) pending, as
+/// [`pending_units`] makes them.
 pub async fn units_of<C: ConnectionTrait>(
     db: &C,
-    order_id: &str,
+    order: &order::Model,
 ) -> Result<Vec<order_unit::Model>, DbErr> {
-    order_unit::Entity::find()
-        .filter(order_unit::Column::OrderId.eq(order_id))
+    let rows = order_unit::Entity::find()
+        .filter(order_unit::Column::OrderId.eq(order.id.as_str()))
         .order_by_asc(order_unit::Column::UnitIndex)
         .all(db)
-        .await
+        .await?;
+    Ok(with_unwritten_units(order, rows))
+}
+
+/// An order's unit `rows` with the units it has no row for, pending, in
+/// unit order.
+fn with_unwritten_units(
+    order: &order::Model,
+    rows: Vec<order_unit::Model>,
+) -> Vec<order_unit::Model> {
+    let written: HashSet<i32> = rows.iter().map(|u| u.unit_index).collect();
+    let mut units = rows;
+    units.extend(
+        pending_units(order, order.created_at)
+            .into_iter()
+            .filter(|u| !written.contains(&u.unit_index)),
+    );
+    units.sort_by_key(|u| u.unit_index);
+    units
 }
 
 /// The profiles delivered for some orders.

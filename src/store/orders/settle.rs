@@ -7,42 +7,59 @@ use sea_orm::{
     sea_query::{Query, ReturningClause},
 };
 
-/// Counts a failed attempt on a unit.
+/// Counts a failed attempt on a unit, writing its row down if no supplier
+/// order took it yet (its first attempt failed before any did).
 pub async fn unit_failed_attempt<C: ConnectionTrait>(
     db: &C,
     unit_id: &str,
     error: &str,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
+    let Some((order_id, index)) = unit_of_id(unit_id) else {
+        return Err(DbErr::Custom(format!("not a unit id: {unit_id}")));
+    };
     let error: String = error.chars().take(255).collect();
-    order_unit::Entity::update_many()
-        .col_expr(
-            order_unit::Column::Attempts,
-            Expr::col(order_unit::Column::Attempts).add(1),
-        )
-        .col_expr(order_unit::Column::LastError, Expr::value(error))
-        .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
-        .filter(order_unit::Column::Id.eq(unit_id))
-        .exec(db)
+    let sql = "INSERT INTO \"order_units\" \
+               (\"id\", \"order_id\", \"unit_index\", \"status\", \"attempts\", \"last_error\", \"updated_at\") \
+               VALUES ($1, $2, $3, $4, 1, $5, $6) \
+               ON CONFLICT (\"id\") DO UPDATE SET \
+               \"attempts\" = \"order_units\".\"attempts\" + 1, \
+               \"last_error\" = excluded.\"last_error\", \"updated_at\" = excluded.\"updated_at\"";
+    let values = vec![
+        unit_id.into(),
+        order_id.into(),
+        index.into(),
+        UnitStatus::Pending.as_str().into(),
+        error.into(),
+        now.into(),
+    ];
+    db.execute_raw(bulk::portable(db, sql, values))
         .await
         .map(|_| ())
 }
 
-/// Moves the units of `unit_ids` (of `order_id`, when given) that are still
-/// `pending` to `to`, in one statement; returns the ids this call moved, so
-/// a unit settles once however many passes race for it.
+/// Moves the units of `unit_ids` that are still `pending` to `to`, in one
+/// statement; returns the ids this call moved, so a unit settles once
+/// however many passes race for it.
 async fn settle_pending<'a, C: ConnectionTrait>(
     txn: &C,
     unit_ids: impl IntoIterator<Item = &'a str>,
-    order_id: Option<&str>,
     to: UnitStatus,
     now: DateTime<Utc>,
 ) -> Result<Vec<String>, DbErr> {
     let backend = txn.get_database_backend();
     // Only the ids come back: the whole rows would be decoded to be dropped.
-    let mut update = settle_pending_update(backend, unit_ids, order_id, to, now).into_query();
+    let mut update = settle_pending_update(backend, unit_ids, to, now).into_query();
     update.returning_col(order_unit::Column::Id);
-    txn.query_all_raw(backend.build(&update))
+    ids_returned(txn, backend.build(&update)).await
+}
+
+/// The ids a statement's `RETURNING "id"` answers.
+async fn ids_returned<C: ConnectionTrait>(
+    txn: &C,
+    statement: Statement,
+) -> Result<Vec<String>, DbErr> {
+    txn.query_all_raw(statement)
         .await?
         .iter()
         .map(|row| row.try_get_by_index(0))
@@ -53,11 +70,10 @@ async fn settle_pending<'a, C: ConnectionTrait>(
 pub(super) fn settle_pending_update<'a>(
     backend: DbBackend,
     unit_ids: impl IntoIterator<Item = &'a str>,
-    order_id: Option<&str>,
     to: UnitStatus,
     now: DateTime<Utc>,
 ) -> UpdateMany<order_unit::Entity> {
-    let mut update = order_unit::Entity::update_many()
+    order_unit::Entity::update_many()
         .col_expr(order_unit::Column::Status, Expr::value(to))
         .col_expr(order_unit::Column::UpdatedAt, Expr::value(now))
         .filter(bulk::column_in_for(
@@ -65,11 +81,42 @@ pub(super) fn settle_pending_update<'a>(
             order_unit::Column::Id,
             unit_ids,
         ))
-        .filter(order_unit::Column::Status.eq(UnitStatus::Pending));
-    if let Some(order_id) = order_id {
-        update = update.filter(order_unit::Column::OrderId.eq(order_id));
+        .filter(order_unit::Column::Status.eq(UnitStatus::Pending))
+}
+
+/// Refunds the units of `unit_ids` of `order` still pending, in one
+/// statement: each is written down refunded, or, where its row exists, moved
+/// there from `pending`. Returns the ids this call refunded (a unit of
+/// another order is not one of them).
+async fn refund_pending<C: ConnectionTrait>(
+    txn: &C,
+    order: &order::Model,
+    unit_ids: &[String],
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, DbErr> {
+    let rows: Vec<order_unit::Model> = unit_ids
+        .iter()
+        .filter_map(|id| match unit_of_id(id) {
+            Some((order_id, n)) if order_id == order.id && n <= order.quantity => {
+                Some(unit_row(order_id, n, UnitStatus::Refunded, None, now))
+            }
+            _ => None,
+        })
+        .collect();
+    let upsert = bulk::upsert_statement::<order_unit::Entity>(
+        txn.get_database_backend(),
+        &rows,
+        &[order_unit::Column::Id],
+        &[order_unit::Column::Status, order_unit::Column::UpdatedAt],
+        "\"order_units\".\"status\" = 'pending'",
+    )?;
+    match upsert {
+        Some(mut upsert) => {
+            upsert.sql.push_str(" RETURNING \"id\"");
+            ids_returned(txn, upsert).await
+        }
+        None => Ok(Vec::new()),
     }
-    update
 }
 
 /// Stores delivered profiles and marks their units delivered, each once,
@@ -88,7 +135,6 @@ pub async fn deliver_units<C: ConnectionTrait>(
     let settled: HashSet<String> = settle_pending(
         txn,
         profiles.iter().map(|p| p.unit_id.as_str()),
-        None,
         UnitStatus::Delivered,
         now,
     )
@@ -160,14 +206,7 @@ pub async fn refund_units<C: ConnectionTrait>(
     if unit_ids.is_empty() {
         return Ok(None);
     }
-    let mut refunded = settle_pending(
-        txn,
-        unit_ids.iter().map(String::as_str),
-        Some(&order.id),
-        UnitStatus::Refunded,
-        now,
-    )
-    .await?;
+    let mut refunded = refund_pending(txn, order, unit_ids, now).await?;
     if refunded.is_empty() {
         return Ok(None);
     }
@@ -259,7 +298,7 @@ pub async fn finalize_many<C: ConnectionTrait>(
         .await?
         .iter()
         .map(|row| row.try_get_many_by_index())
-        .collect::<Result<Vec<(String, UnitStatus, i64)>, DbErr>>()?;
+        .collect::<Result<Vec<TallyRow>, DbErr>>()?;
     let mut settled = Vec::new();
     for (status, ids) in final_statuses(&counts) {
         let mut update = settle_orders_update(backend, status, ids, now).into_query();
@@ -290,13 +329,23 @@ pub(super) fn settled_returning() -> ReturningClause {
     ])
 }
 
-/// Counts the units of `order_ids` by order and status: (order, status,
-/// units), one probe of the units' order index per order.
+/// One row of a [`unit_tally`]: an order, a unit status, how many of the
+/// order's unit rows are in it, and the order's quantity.
+pub(super) type TallyRow = (String, UnitStatus, i64, i32);
+
+/// Counts the unit rows of `order_ids` by order and status, each with its
+/// order's quantity: (order, status, units, quantity), one probe of the
+/// units' order index and one of the orders' key per order. A unit has a
+/// row once a supplier order took it (or a pass refunded it); the units an
+/// order has no row for are pending.
 ///
-/// On PostgreSQL each order's units are counted in a lateral subquery of
-/// their own. Matched as one list (`= ANY`, [`bulk::column_in_for`]), the
-/// count is planned against a list of guessed size; while the table's
-/// statistics still call it small (a young database, before autovacuum's
+/// On PostgreSQL each order's units are counted, and its quantity read, in
+/// lateral subqueries of their own; the quantity's `LIMIT 1` keeps it from
+/// being flattened into a join, which was planned as a read of every order
+/// for each batch (93 µs an order, against 12 for the count of units).
+/// Matched as one list (`= ANY`, [`bulk::column_in_for`]), the count is
+/// planned against a list of guessed size; while the table's statistics
+/// still call it small (a young database, before autovacuum's
 /// first analyses) PostgreSQL reads the whole table for it, and the prepared
 /// statement keeps that plan as the table grows: every settled batch read
 /// every unit, comparing each with every order of the batch. A lateral
@@ -304,47 +353,50 @@ pub(super) fn settled_returning() -> ReturningClause {
 /// order is never the cheaper guess past a page or two, so the planner
 /// probes. SQLite always probes the index for the list.
 pub(super) fn unit_tally(backend: DbBackend, order_ids: &[String]) -> Statement {
+    let list = serde_json::Value::from(order_ids).to_string();
     if backend == DbBackend::Postgres {
         return Statement::from_sql_and_values(
             DbBackend::Postgres,
-            "SELECT o.order_id, u.status, u.units \
-             FROM (SELECT DISTINCT jsonb_array_elements_text($1::jsonb) AS order_id) AS o \
+            "SELECT l.order_id, u.status, u.units, o.quantity \
+             FROM (SELECT DISTINCT jsonb_array_elements_text($1::jsonb) AS order_id) AS l \
+             CROSS JOIN LATERAL (SELECT \"quantity\" AS quantity FROM \"orders\" \
+             WHERE \"id\" = l.order_id LIMIT 1) AS o \
              CROSS JOIN LATERAL (SELECT \"status\", COUNT(\"id\") AS units FROM \"order_units\" \
-             WHERE \"order_id\" = o.order_id GROUP BY \"status\") AS u",
-            [serde_json::Value::from(order_ids).to_string().into()],
+             WHERE \"order_id\" = l.order_id GROUP BY \"status\") AS u",
+            [list.into()],
         );
     }
-    order_unit::Entity::find()
-        .select_only()
-        .column(order_unit::Column::OrderId)
-        .column(order_unit::Column::Status)
-        .column_as(order_unit::Column::Id.count(), "units")
-        .filter(bulk::column_in_for(
-            backend,
-            order_unit::Column::OrderId,
-            order_ids.iter().map(String::as_str),
-        ))
-        .group_by(order_unit::Column::OrderId)
-        .group_by(order_unit::Column::Status)
-        .build(backend)
+    Statement::from_sql_and_values(
+        DbBackend::Sqlite,
+        "SELECT u.\"order_id\", u.\"status\", COUNT(u.\"id\") AS units, o.\"quantity\" \
+         FROM \"order_units\" u JOIN \"orders\" o ON o.\"id\" = u.\"order_id\" \
+         WHERE u.\"order_id\" IN (SELECT value FROM json_each(?)) \
+         GROUP BY u.\"order_id\", u.\"status\"",
+        [list.into()],
+    )
 }
 
 /// The orders of a [`unit_tally`] that no pending unit holds back, by the
-/// final status each settles in.
-pub(super) fn final_statuses(
-    counts: &[(String, UnitStatus, i64)],
-) -> HashMap<OrderStatus, Vec<&str>> {
-    let mut tally: HashMap<&str, [usize; 3]> = HashMap::new();
-    for (order_id, status, units) in counts {
-        let slot = match status {
-            UnitStatus::Delivered => 0,
-            UnitStatus::Refunded => 1,
-            UnitStatus::Pending => 2,
-        };
-        tally.entry(order_id.as_str()).or_default()[slot] += usize::try_from(*units).unwrap_or(0);
+/// final status each settles in. A unit without a row is pending: an order
+/// settles once its delivered and refunded units make its quantity.
+pub(super) fn final_statuses(counts: &[TallyRow]) -> HashMap<OrderStatus, Vec<&str>> {
+    let mut tally: HashMap<&str, (usize, usize, usize)> = HashMap::new();
+    for (order_id, status, units, quantity) in counts {
+        let units = usize::try_from(*units).unwrap_or(0);
+        let entry = tally.entry(order_id.as_str()).or_insert((
+            0,
+            0,
+            usize::try_from(*quantity).unwrap_or(0),
+        ));
+        match status {
+            UnitStatus::Delivered => entry.0 += units,
+            UnitStatus::Refunded => entry.1 += units,
+            UnitStatus::Pending => {}
+        }
     }
     let mut by_status: HashMap<OrderStatus, Vec<&str>> = HashMap::new();
-    for (order_id, [delivered, refunded, pending]) in tally {
+    for (order_id, (delivered, refunded, quantity)) in tally {
+        let pending = quantity.saturating_sub(delivered + refunded);
         if let Some(status) = rules::settled_status(delivered, refunded, pending) {
             by_status.entry(status).or_default().push(order_id);
         }
@@ -381,6 +433,109 @@ pub(super) fn settle_orders_update(
 mod tests {
     use super::*;
     use crate::store::tests::assert_planned_through;
+
+    /// The count of units that decides which orders settle probes each
+    /// order's units and its quantity by key: by status it would walk every
+    /// pending unit, and through a scan every order.
+    #[tokio::test]
+    async fn the_unit_tally_probes_by_order() {
+        let tally = unit_tally(DbBackend::Sqlite, &["ord_a".to_owned(), "ord_b".to_owned()]);
+        assert_planned_through(tally.clone(), "u USING INDEX idx_units_order", "SCAN o").await;
+        assert_planned_through(
+            tally,
+            "o USING INDEX sqlite_autoindex_orders_1 (id=?)",
+            "SCAN u",
+        )
+        .await;
+    }
+
+    /// On PostgreSQL the tally reads each listed order's quantity by key,
+    /// not by reading all 10,000 orders (as a plain join to the list, guessed
+    /// at 100 rows, it hashed the whole table), without the tables'
+    /// statistics, and counts a unit without a row as pending.
+    #[tokio::test]
+    async fn the_tally_probes_each_order_by_key_on_postgres() {
+        crate::store::tests::on_own_postgres("esim_tally", |db| async move {
+            db.execute_unprepared(
+                "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
+                 VALUES ('ptr_1', 'P', 'p', 'live', 'gold', now(), now()); \
+                 INSERT INTO orders (id, partner_id, mode, idempotency_key, plan_id, quantity, \
+                 unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
+                 refunded_cents, attempts, created_at) \
+                 SELECT 'ord_' || i, 'ptr_1', 'live', 'k' || i, 'pl_x', 2, 100, 200, 100, 'list', \
+                 '{}', 'processing', 0, 0, now() FROM generate_series(1, 10000) AS i; \
+                 INSERT INTO order_units (id, order_id, unit_index, status, attempts, updated_at) \
+                 VALUES ('ord_7_1', 'ord_7', 1, 'delivered', 0, now()), \
+                 ('ord_8_1', 'ord_8', 1, 'delivered', 0, now()), \
+                 ('ord_8_2', 'ord_8', 2, 'refunded', 0, now())",
+            )
+            .await
+            .unwrap();
+            let ids = ["ord_7".to_owned(), "ord_8".to_owned()];
+            let tally = unit_tally(DbBackend::Postgres, &ids);
+
+            let explain = Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                format!("EXPLAIN {}", tally.sql),
+                tally.values.clone().map(|v| v.0).unwrap_or_default(),
+            );
+            let plan: Vec<String> = db
+                .query_all_raw(explain)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.try_get_by_index::<String>(0).unwrap())
+                .collect();
+            let plan = plan.join("\n");
+            assert!(plan.contains("orders_pkey"), "{plan}");
+            assert!(!plan.contains("Seq Scan on orders"), "{plan}");
+
+            let counts: Vec<TallyRow> = db
+                .query_all_raw(tally)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.try_get_many_by_index().unwrap())
+                .collect();
+            let statuses = final_statuses(&counts);
+            assert_eq!(
+                statuses.get(&OrderStatus::PartiallyCompleted),
+                Some(&vec!["ord_8"])
+            );
+            assert_eq!(
+                statuses.len(),
+                1,
+                "ord_7's second unit is pending: {counts:?}"
+            );
+        })
+        .await;
+    }
+
+    /// A unit without a row is pending: an order settles only once its
+    /// delivered and refunded units make its quantity.
+    #[test]
+    fn an_order_settles_only_when_its_rows_make_its_quantity() {
+        let row =
+            |order: &str, status, units, quantity| (order.to_owned(), status, units, quantity);
+        let counts = vec![
+            row("ord_partly_written", UnitStatus::Delivered, 1, 2),
+            row("ord_done", UnitStatus::Delivered, 1, 2),
+            row("ord_done", UnitStatus::Refunded, 1, 2),
+            row("ord_waiting", UnitStatus::Pending, 1, 1),
+            row("ord_failed", UnitStatus::Refunded, 3, 3),
+        ];
+        let statuses = final_statuses(&counts);
+        assert_eq!(
+            statuses.get(&OrderStatus::PartiallyCompleted),
+            Some(&vec!["ord_done"])
+        );
+        assert_eq!(
+            statuses.get(&OrderStatus::Failed),
+            Some(&vec!["ord_failed"])
+        );
+        assert_eq!(statuses.get(&OrderStatus::Completed), None);
+        assert_eq!(statuses.len(), 2);
+    }
 
     /// The settling update finds its orders by primary key: through the
     /// status index it walked every processing order (the whole backlog)

@@ -7,8 +7,8 @@ use rusqlite::Connection;
 use sea_orm::{DbBackend, QueryTrait, Statement};
 
 use super::settle::{
-    final_statuses, orders_of, profiles_to_store, settle_orders_update, settle_pending_update,
-    settled_returning, unit_tally,
+    TallyRow, final_statuses, orders_of, profiles_to_store, settle_orders_update,
+    settle_pending_update, settled_returning, unit_tally,
 };
 use super::*;
 use crate::store::{
@@ -27,8 +27,7 @@ pub(crate) fn deliver_and_settle_inline<E>(
     }
     let units = profiles.iter().map(|p| p.unit_id.as_str());
     let mut update =
-        settle_pending_update(DbBackend::Sqlite, units, None, UnitStatus::Delivered, now)
-            .into_query();
+        settle_pending_update(DbBackend::Sqlite, units, UnitStatus::Delivered, now).into_query();
     update.returning_col(order_unit::Column::Id);
     let settled: HashSet<String> =
         inline_write::query(connection, &sqlite(&update), |row| row.get(0))?
@@ -52,8 +51,13 @@ fn finalize_many_inline<E>(
         return Ok(Vec::new());
     }
     let tally = unit_tally(DbBackend::Sqlite, order_ids);
-    let counts: Vec<(String, UnitStatus, i64)> = inline_write::query(connection, &tally, |row| {
-        Ok((row.get(0)?, columns::word(row, 1)?, row.get(2)?))
+    let counts: Vec<TallyRow> = inline_write::query(connection, &tally, |row| {
+        Ok((
+            row.get(0)?,
+            columns::word(row, 1)?,
+            row.get(2)?,
+            row.get(3)?,
+        ))
     })?;
     let mut settled = Vec::new();
     for (status, ids) in final_statuses(&counts) {
