@@ -68,29 +68,12 @@ pub(crate) fn insert_new_statement<E: EntityTrait>(
     models: &[E::Model],
     unique: &[E::Column],
 ) -> Result<Option<Statement>, DbErr> {
-    if models.is_empty() {
-        return Ok(None);
-    }
-    let columns = unique
-        .iter()
-        .map(|c| format!("\"{}\"", c.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    // SQLite reads `ON` right after `SELECT .. FROM ..` as a join's: a
-    // `WHERE` between them ends the select.
-    let filler = match backend {
-        DbBackend::Postgres => "",
-        _ => " WHERE true",
-    };
-    let sql = format!(
-        "{}{filler} ON CONFLICT ({columns}) DO NOTHING RETURNING {columns}",
-        insert_sql::<E>(backend)
-    );
-    Ok(Some(Statement::from_sql_and_values(
+    let columns = quoted::<E>(unique).join(", ");
+    insert_on_conflict::<E>(
         backend,
-        sql,
-        rows_values::<E>(backend, models)?,
-    )))
+        models,
+        &format!("ON CONFLICT ({columns}) DO NOTHING RETURNING {columns}"),
+    )
 }
 
 /// [`insert_statement`] for rows that may exist already: a row whose
@@ -105,35 +88,49 @@ pub(crate) fn upsert_statement<E: EntityTrait>(
     set: &[E::Column],
     guard: &str,
 ) -> Result<Option<Statement>, DbErr> {
-    if models.is_empty() {
-        return Ok(None);
-    }
-    let quoted = |columns: &[E::Column]| {
-        columns
-            .iter()
-            .map(|c| format!("\"{}\"", c.as_str()))
-            .collect::<Vec<_>>()
-    };
-    let key = quoted(key).join(", ");
-    let set = quoted(set)
+    let key = quoted::<E>(key).join(", ");
+    let set = quoted::<E>(set)
         .iter()
         .map(|c| format!("{c} = excluded.{c}"))
         .collect::<Vec<_>>()
         .join(", ");
-    // As in `insert_new_statement`: SQLite needs a `WHERE` before `ON`.
+    insert_on_conflict::<E>(
+        backend,
+        models,
+        &format!("ON CONFLICT ({key}) DO UPDATE SET {set} WHERE {guard}"),
+    )
+}
+
+/// [`insert_statement`] followed by its `ON CONFLICT` clause (`None` for
+/// no rows).
+fn insert_on_conflict<E: EntityTrait>(
+    backend: DbBackend,
+    models: &[E::Model],
+    on_conflict: &str,
+) -> Result<Option<Statement>, DbErr> {
+    if models.is_empty() {
+        return Ok(None);
+    }
+    // SQLite reads `ON` right after `SELECT .. FROM ..` as a join's: a
+    // `WHERE` between them ends the select.
     let filler = match backend {
         DbBackend::Postgres => "",
         _ => " WHERE true",
     };
-    let sql = format!(
-        "{}{filler} ON CONFLICT ({key}) DO UPDATE SET {set} WHERE {guard}",
-        insert_sql::<E>(backend)
-    );
+    let sql = format!("{}{filler} {on_conflict}", insert_sql::<E>(backend));
     Ok(Some(Statement::from_sql_and_values(
         backend,
         sql,
         rows_values::<E>(backend, models)?,
     )))
+}
+
+/// Each column's name in double quotes.
+fn quoted<E: EntityTrait>(columns: &[E::Column]) -> Vec<String> {
+    columns
+        .iter()
+        .map(|c| format!("\"{}\"", c.as_str()))
+        .collect()
 }
 
 /// The insert of one row of `E`, a `?` per column in the order
@@ -146,17 +143,11 @@ pub(crate) fn upsert_statement<E: EntityTrait>(
 /// writers need: one statement, one hand-off, whatever the rows).
 pub(crate) fn row_insert_sql<E: EntityTrait>(skip_taken: &[E::Column]) -> String {
     let table = E::default().table_name().to_owned();
-    let quoted = |columns: &mut dyn Iterator<Item = E::Column>| {
-        columns
-            .map(|c| format!("\"{}\"", c.as_str()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let names = quoted(&mut E::Column::iter());
+    let names = quoted::<E>(&E::Column::iter().collect::<Vec<_>>()).join(", ");
     let marks = vec!["?"; E::Column::iter().count()].join(", ");
     let mut sql = format!("INSERT INTO \"{table}\" ({names}) VALUES ({marks})");
     if !skip_taken.is_empty() {
-        let taken = quoted(&mut skip_taken.iter().copied());
+        let taken = quoted::<E>(skip_taken).join(", ");
         sql.push_str(&format!(" ON CONFLICT ({taken}) DO NOTHING"));
     }
     sql

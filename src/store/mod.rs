@@ -565,6 +565,27 @@ pub(super) mod tests {
         steps.join("\n")
     }
 
+    /// What PostgreSQL's planner does with `statement` on `db`: its
+    /// `EXPLAIN`, one line per step.
+    pub(super) async fn postgres_plan<C: ConnectionTrait>(
+        db: &C,
+        statement: &sea_orm::Statement,
+    ) -> String {
+        let explain = sea_orm::Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            format!("EXPLAIN {}", statement.sql),
+            statement.values.clone().map(|v| v.0).unwrap_or_default(),
+        );
+        let plan: Vec<String> = db
+            .query_all_raw(explain)
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.try_get_by_index::<String>(0).unwrap())
+            .collect();
+        plan.join("\n")
+    }
+
     /// The same, with its own busy timeout (which bounds the gate's wait too).
     async fn sqlite_file_db_waiting(
         name: &str,

@@ -150,3 +150,47 @@ fn sum(row: &sea_orm::QueryResult, column: &str) -> Result<i64, DbErr> {
     row.try_get::<Option<i64>>("", column)
         .map(|value| value.unwrap_or(0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{migrate, tests::sqlite_file_db};
+
+    /// An order's units list in unit order whether or not a supplier order
+    /// wrote their rows yet: a unit without one is pending and carried by
+    /// none.
+    #[tokio::test]
+    async fn units_without_a_row_are_listed_pending() {
+        let (_dir, db) = sqlite_file_db("supply.db", 1).await;
+        migrate(&db).await.unwrap();
+        db.execute_unprepared(
+            "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
+             VALUES ('ptr_1', 'P', 'p', 'live', 'gold', '2026-12-03T00:00:00Z', '2026-12-03T00:00:00Z'); \
+             INSERT INTO orders (id, partner_id, mode, idempotency_key, plan_id, quantity, \
+             unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
+             refunded_cents, attempts, created_at) \
+             VALUES ('ord_1', 'ptr_1', 'live', 'k', 'pl_x', 3, 100, 300, 100, 'list', '{}', \
+             'processing', 0, 0, '2026-12-03T00:00:00Z'); \
+             INSERT INTO order_units (id, order_id, unit_index, status, attempts, updated_at) \
+             VALUES ('ord_1_2', 'ord_1', 2, 'delivered', 0, '2026-12-03T00:00:00Z')",
+        )
+        .await
+        .unwrap();
+
+        let units = units_of_order(&db, "ord_1").await.unwrap();
+        let listed: Vec<(&str, &str)> = units
+            .iter()
+            .map(|u| (u.unit_id.as_str(), u.status.as_str()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("ord_1_1", "pending"),
+                ("ord_1_2", "delivered"),
+                ("ord_1_3", "pending")
+            ]
+        );
+        assert!(units[0].supplier_order_id.is_none());
+        assert!(units_of_order(&db, "ord_none").await.unwrap().is_empty());
+    }
+}

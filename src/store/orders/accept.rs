@@ -559,19 +559,7 @@ mod tests {
             ];
             let statement = debit_statement(DbBackend::Postgres, &debits, Utc::now()).unwrap();
 
-            let explain = Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                format!("EXPLAIN {}", statement.sql),
-                statement.values.clone().map(|v| v.0).unwrap_or_default(),
-            );
-            let plan: Vec<String> = db
-                .query_all_raw(explain)
-                .await
-                .unwrap()
-                .iter()
-                .map(|row| row.try_get_by_index::<String>(0).unwrap())
-                .collect();
-            let plan = plan.join("\n");
+            let plan = crate::store::tests::postgres_plan(&db, &statement).await;
             assert!(plan.contains("floats_pkey"), "{plan}");
             assert!(!plan.contains("Seq Scan on floats"), "{plan}");
 

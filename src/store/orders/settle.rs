@@ -474,19 +474,7 @@ mod tests {
             let ids = ["ord_7".to_owned(), "ord_8".to_owned()];
             let tally = unit_tally(DbBackend::Postgres, &ids);
 
-            let explain = Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                format!("EXPLAIN {}", tally.sql),
-                tally.values.clone().map(|v| v.0).unwrap_or_default(),
-            );
-            let plan: Vec<String> = db
-                .query_all_raw(explain)
-                .await
-                .unwrap()
-                .iter()
-                .map(|row| row.try_get_by_index::<String>(0).unwrap())
-                .collect();
-            let plan = plan.join("\n");
+            let plan = crate::store::tests::postgres_plan(&db, &tally).await;
             assert!(plan.contains("orders_pkey"), "{plan}");
             assert!(!plan.contains("Seq Scan on orders"), "{plan}");
 
