@@ -85,6 +85,12 @@ start_server() { # start_server <database url> <commit mode> [VAR=value ...]
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 load() { "$bin" loadtest --public-url http://127.0.0.1:18580 --operator-url http://127.0.0.1:18581 --json "$@"; }
 
+# A bench database's life: on PostgreSQL each drive's database (the last
+# part of its URL) is made before and dropped after; a SQLite file needs
+# neither.
+create_db() { [[ "$1" == postgres* ]] || return 0; psql "$PG_URL/postgres" -qc "CREATE DATABASE \"${1##*/}\"" >/dev/null; }
+drop_db() { [[ "$1" == postgres* ]] || return 0; psql "$PG_URL/postgres" -qc "DROP DATABASE \"${1##*/}\" WITH (FORCE)" >/dev/null; }
+
 databases=()
 wanted="${DATABASES:-sqlite postgres}"
 if [[ "$wanted" == *sqlite* ]]; then databases+=("sqlite://$work/bench-DB.db?mode=rwc"); fi
@@ -149,7 +155,7 @@ orders_side_by_side() {
     for partners in ${PARTNER_COUNTS:-1 100 1000}; do
       local tag="wrk-$partners-$RANDOM" url kind
       url="${database/DB/$tag}"; kind="${url%%:*}"
-      if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi
+      create_db "$url"
       start_default_server "$url"
       local keys before after pg_before pg_after pg_cpu orders cpu settle result
       local machine_before machine_after disk_before idle disk gate_before clock_before gate_busy
@@ -172,12 +178,12 @@ orders_side_by_side() {
         echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)}"
       fi
       stop_server
-      if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_$tag\" WITH (FORCE)" >/dev/null; fi
+      drop_db "$url"
     done
     local naive="${database/DB/naive-$RANDOM}"
-    if [[ "$naive" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_${naive##*/esim_bench_}\"" >/dev/null; fi
+    create_db "$naive"
     "$CARGO_TARGET_DIR/release/examples/naive_orders" --url "$naive" --concurrency "$CONCURRENCY" --duration "$DURATION"
-    if [[ "$naive" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_${naive##*/esim_bench_}\" WITH (FORCE)" >/dev/null; fi
+    drop_db "$naive"
   done
   stop_all
 }
@@ -190,7 +196,7 @@ profile_orders() {
   for database in "${databases[@]}"; do
     local tag="prof-$RANDOM" url kind keys
     url="${database/DB/$tag}"; kind="${url%%:*}"
-    if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi
+    create_db "$url"
     start_default_server "$url"
     keys=$(keys_file "${PROFILE_PARTNERS:-100}")
     # Frame pointers (the default) stop at the first Rust frame of a release
@@ -203,7 +209,7 @@ profile_orders() {
     wait "$recorder" || true
     echo "settled $(wait_settled) s after the run"
     stop_server
-    if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_$tag\" WITH (FORCE)" >/dev/null; fi
+    drop_db "$url"
     echo "== $kind: samples by thread"
     perf report -i "$work/perf-$kind.data" --no-children --sort comm --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -8 || true
     echo "== $kind: samples by shared object"
@@ -265,7 +271,7 @@ statements() {
   start_simulators
   for partners in ${PARTNER_COUNTS:-1 100}; do
     local tag="stmts-$partners-$RANDOM" keys orders result
-    psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null
+    create_db "$PG_URL/esim_bench_$tag"
     start_default_server "$PG_URL/esim_bench_$tag"
     keys=$(keys_file "$partners")
     psql "$PG_URL/postgres" -qAtc "SELECT pg_stat_statements_reset()" >/dev/null
@@ -284,7 +290,7 @@ FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
 WHERE d.datname = :'db' ORDER BY s.total_exec_time DESC LIMIT 15;
 SQL
     stop_server
-    psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_$tag\" WITH (FORCE)" >/dev/null
+    drop_db "$PG_URL/esim_bench_$tag"
   done
   stop_all
 }
@@ -301,7 +307,7 @@ for database in "${databases[@]}"; do
     for shape in hot many; do
       tag="$mode-$shape-$RANDOM"
       url="${database/DB/$tag}"
-      if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "CREATE DATABASE \"esim_bench_$tag\"" >/dev/null; fi
+      create_db "$url"
       start_server "$url" "$mode"
       if [ "$shape" = hot ]; then args=(--partners 1 --hot); else args=(--partners 100); fi
       result=$(load "${args[@]}" --duration "$DURATION" --concurrency "$CONCURRENCY")
@@ -311,7 +317,7 @@ for database in "${databases[@]}"; do
         echo "{\"database\":\"${url%%:*}\",\"read\":\"/plans\",\"result\":$(load --partners 1 --hot --read-path '/plans?country=fr' --duration "$DURATION" --concurrency "$CONCURRENCY")}"
       fi
       stop_server
-      if [[ "$url" == postgres* ]]; then psql "$PG_URL/postgres" -qc "DROP DATABASE \"esim_bench_$tag\" WITH (FORCE)" >/dev/null; fi
+      drop_db "$url"
     done
   done
 done
