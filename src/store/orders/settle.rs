@@ -192,10 +192,11 @@ pub(super) fn profiles_to_store(
 
 /// Refunds the units of `unit_ids` still pending, in a constant number of
 /// statements whatever their number: one that marks them refunded (writing
-/// the rows of units no supplier order took, and saying which), one credit of the float for all of them, one insert of
-/// their `refund` rows (live; each with its own `seq`, `balance_after` and
-/// `movement_key`), one addition to the order's `refunded_cents`. Returns
-/// the balance after, or `None` when every unit was already settled.
+/// the rows of units no supplier order took, and saying which), one credit
+/// of the float for all of them, one insert of their `refund` rows (live;
+/// each with its own `seq`, `balance_after` and `movement_key`), one
+/// addition to the order's `refunded_cents`. Returns the balance after, or
+/// `None` when every unit was already settled.
 pub async fn refund_units<C: ConnectionTrait>(
     txn: &C,
     order: &order::Model,
