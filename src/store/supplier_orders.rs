@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use entities::{order_unit, supplier_order};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter,
-    QueryOrder, QueryTrait, Statement, UpdateMany,
+    QueryOrder, QuerySelect, QueryTrait, Statement, UpdateMany,
     sea_query::{Expr, ExprTrait},
 };
 
@@ -117,15 +117,17 @@ pub(crate) async fn get<C: ConnectionTrait>(
         .await
 }
 
-/// The units a supplier order carries, in the order profiles are dealt to
-/// them (by unit id).
-pub(crate) async fn units_of<C: ConnectionTrait>(
-    db: &C,
-    id: &str,
-) -> Result<Vec<order_unit::Model>, DbErr> {
+/// The ids of the units a supplier order carries, in the order profiles
+/// are dealt to them (by unit id).
+pub(crate) async fn units_of<C: ConnectionTrait>(db: &C, id: &str) -> Result<Vec<String>, DbErr> {
+    // Only the ids: a delivery deals by them, and whole rows were decoded
+    // (every column, its timestamps parsed) to be dropped.
     order_unit::Entity::find()
+        .select_only()
+        .column(order_unit::Column::Id)
         .filter(order_unit::Column::SupplierTxnId.eq(id))
         .order_by_asc(order_unit::Column::Id)
+        .into_tuple()
         .all(db)
         .await
 }

@@ -177,7 +177,7 @@ async fn delivered(
         Ok(units) => Outcome::Profiles(Arc::new(Delivered {
             supplier: row.supplier.clone(),
             profiles,
-            carriers: units.into_iter().map(|u| u.id).collect(),
+            carriers: units,
         })),
         Err(err) => Outcome::Later(format!("reading the units of {}: {err}", row.id)),
     }
