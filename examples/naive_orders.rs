@@ -87,7 +87,10 @@ async fn main() -> anyhow::Result<()> {
                 while Instant::now() < ends {
                     let began = Instant::now();
                     let new = NewOrder {
-                        order: order_of(&partner_id, &format!("naive-{task}-{done}-key")),
+                        order: std::sync::Arc::new(order_of(
+                            &partner_id,
+                            &format!("naive-{task}-{done}-key"),
+                        )),
                         fingerprint: "naive".into(),
                     };
                     let txn = store::begin_write(&db).await?;

@@ -4,7 +4,7 @@
 //! of the file's inline connection, committed with the other order-path
 //! writes queued meanwhile: [`crate::store::inline_write`]).
 
-use std::convert::Infallible;
+use std::{convert::Infallible, sync::Arc};
 
 use entities::esim;
 
@@ -73,25 +73,27 @@ struct Writer {
 }
 
 async fn write_deliveries(writer: &Writer, batch: Vec<Delivery>) {
-    let profiles: Vec<esim::Model> = batch.iter().map(|(p, _)| p.clone()).collect();
+    let (profiles, answers): (Vec<esim::Model>, Vec<_>) = batch.into_iter().unzip();
+    // Shared, not copied: the write may run on whichever writer takes the turn.
+    let profiles = Arc::new(profiles);
     match store_deliveries(writer, &profiles).await {
         Ok(results) => {
-            for ((_, answer), result) in batch.into_iter().zip(results) {
+            for (answer, result) in answers.into_iter().zip(results) {
                 let _ = answer.send(Ok(result));
             }
         }
-        Err(err) if batch.len() > 1 => {
+        Err(err) if answers.len() > 1 => {
             // One bad row must not fail the others: store them one by one.
-            tracing::warn!(size = batch.len(), error = %err, "batched delivery failed; storing one by one");
-            for (profile, answer) in batch {
-                let result = store_deliveries(writer, std::slice::from_ref(&profile))
+            tracing::warn!(size = answers.len(), error = %err, "batched delivery failed; storing one by one");
+            for (profile, answer) in profiles.iter().zip(answers) {
+                let result = store_deliveries(writer, &Arc::new(vec![profile.clone()]))
                     .await
                     .map(|r| r.first().copied().unwrap_or(false));
                 let _ = answer.send(result);
             }
         }
         Err(err) => {
-            for (_, answer) in batch {
+            for answer in answers {
                 let _ = answer.send(Err(err.clone()));
             }
         }
@@ -102,13 +104,12 @@ async fn write_deliveries(writer: &Writer, batch: Vec<Delivery>) {
 /// on a SQLite file, else (or if that failed) through the pool.
 async fn store_deliveries(
     writer: &Writer,
-    profiles: &[esim::Model],
+    profiles: &Arc<Vec<esim::Model>>,
 ) -> Result<Vec<bool>, sea_orm::DbErr> {
     let now = time::now();
-    // Owned: the write may run on whichever writer takes the turn.
-    let owned = profiles.to_vec();
+    let shared = Arc::clone(profiles);
     let inline = super::write_inline(writer.inline.as_ref(), move |connection| {
-        store::orders::deliver_and_settle_inline::<Infallible>(connection, &owned, now)
+        store::orders::deliver_and_settle_inline::<Infallible>(connection, &shared, now)
     })
     .await;
     let (delivered, settled) = match inline {

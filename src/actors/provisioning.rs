@@ -57,7 +57,7 @@ pub enum ProvisioningMsg {
         claimed_until: Option<DateTime<Utc>>,
         /// The order as it was just accepted on this node, so the first
         /// pass need not read it and its units back.
-        fresh: Option<Box<order::Model>>,
+        fresh: Option<Arc<order::Model>>,
     },
     /// Fail on purpose (operator fault injection), so that supervision can
     /// be watched restarting the actor.
@@ -275,7 +275,7 @@ async fn provision_order(
     args: &ProvisioningArgs,
     order_id: &str,
     claimed_until: Option<DateTime<Utc>>,
-    fresh: Option<Box<order::Model>>,
+    fresh: Option<Arc<order::Model>>,
     permit: OwnedSemaphorePermit,
 ) -> anyhow::Result<()> {
     let now = time::now();
@@ -329,7 +329,7 @@ async fn keep_claimed(
 async fn provision_claimed(
     args: &ProvisioningArgs,
     order_id: &str,
-    fresh: Option<Box<order::Model>>,
+    fresh: Option<Arc<order::Model>>,
     permit: OwnedSemaphorePermit,
 ) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
@@ -337,7 +337,7 @@ async fn provision_claimed(
         // Just accepted here: every unit is pending and in no supplier order.
         Some(order) => {
             let units = store::orders::pending_units(&order, order.created_at);
-            (*order, units)
+            (order, units)
         }
         None => {
             let Some(order) = store::orders::get_order(&args.db, order_id).await? else {
@@ -348,7 +348,7 @@ async fn provision_claimed(
                 .into_iter()
                 .filter(|u| u.status == UnitStatus::Pending)
                 .collect();
-            (order, units)
+            (Arc::new(order), units)
         }
     };
     let outcomes = if units.is_empty() {
@@ -491,9 +491,7 @@ async fn deal(
         // Every carrier of the supplier order, in dealing order.
         let seat = delivered.carriers.iter().position(|c| *c == unit.id);
         match seat.and_then(|seat| delivered.profiles.get(seat)) {
-            Some(profile) => {
-                outcomes.push(store_profile(args, order, &unit, profile.clone()).await)
-            }
+            Some(profile) => outcomes.push(store_profile(args, order, &unit, profile).await),
             None => {
                 tracing::warn!(unit_id = %unit.id, transaction_id = %txn, supplier = %delivered.supplier, "the supplier delivered fewer profiles than units");
                 outcomes.push(UnitOutcome::Refund(unit.id, FailureCode::SupplierError));
@@ -507,7 +505,7 @@ async fn store_profile(
     args: &ProvisioningArgs,
     order: &order::Model,
     unit: &order_unit::Model,
-    profile: crate::supplier::Profile,
+    profile: &crate::supplier::Profile,
 ) -> UnitOutcome {
     if !esim_rules::is_valid_iccid(&profile.iccid) {
         tracing::warn!(unit_id = %unit.id, iccid = %profile.iccid, "supplier sent an invalid ICCID");

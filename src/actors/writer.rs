@@ -25,7 +25,10 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::TransactionTrait;
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use sea_orm::DbErr;
 use tokio::sync::{mpsc, oneshot};
@@ -44,8 +47,9 @@ const MAX_JOBS: usize = 128;
 
 /// One actor's decided batch.
 pub struct Job {
-    /// The partner's orders and binding refusals.
-    pub batch: PartnerBatch,
+    /// The partner's orders and binding refusals (shared with the inline
+    /// write, which may run on whichever writer takes the turn).
+    pub batch: Arc<PartnerBatch>,
     /// When the batch was decided.
     pub now: DateTime<Utc>,
 }
@@ -202,7 +206,8 @@ impl Committer {
                 .map(|(job, _)| job.now)
                 .max()
                 .unwrap_or_else(time::now);
-            let batches: Vec<&PartnerBatch> = open.iter().map(|(job, _)| &job.batch).collect();
+            let batches: Vec<Arc<PartnerBatch>> =
+                open.iter().map(|(job, _)| Arc::clone(&job.batch)).collect();
             match self.commit_shared(&batches, now).await {
                 Ok(balances) => {
                     for ((_, answer), balances) in open.into_iter().zip(balances) {
@@ -241,14 +246,15 @@ impl Committer {
     /// a lost race or the database's own error, is then the one given).
     async fn commit_shared(
         &self,
-        batches: &[&PartnerBatch],
+        batches: &[Arc<PartnerBatch>],
         now: DateTime<Utc>,
     ) -> Result<Vec<Balances>, SharedError> {
         let balances = match self.commit_inline(batches, now).await {
             Some(done) => done?,
             None => {
                 let txn = store::begin_write(&self.db).await?;
-                let balances = store::orders::accept_batches(&txn, batches, now).await?;
+                let borrowed: Vec<&PartnerBatch> = batches.iter().map(|b| &**b).collect();
+                let balances = store::orders::accept_batches(&txn, &borrowed, now).await?;
                 txn.commit().await?;
                 balances
             }
@@ -262,13 +268,13 @@ impl Committer {
     /// failed for a reason the pool should see for itself.
     async fn commit_inline(
         &self,
-        batches: &[&PartnerBatch],
+        batches: &[Arc<PartnerBatch>],
         now: DateTime<Utc>,
     ) -> Option<Result<Vec<Balances>, SharedError>> {
-        // Owned: the write may run on whichever writer takes the turn.
-        let owned: Vec<PartnerBatch> = batches.iter().map(|batch| (*batch).clone()).collect();
+        // Shared: the write may run on whichever writer takes the turn.
+        let owned = batches.to_vec();
         let done = super::write_inline(self.inline.as_ref(), move |connection| {
-            let batches: Vec<&PartnerBatch> = owned.iter().collect();
+            let batches: Vec<&PartnerBatch> = owned.iter().map(|b| &**b).collect();
             store::orders::accept_batches_inline(connection, &batches, now)
         })
         .await?;

@@ -24,7 +24,7 @@
 //! refusal is the refusal itself ([`Refusal::to_stored`]), not an HTTP body:
 //! the HTTP layer turns it into the spec's error each time it is answered.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use serde_json::{Value, json};
 
@@ -170,6 +170,25 @@ pub(crate) trait Priced {
     fn units(&self) -> u64;
     /// The plan: which suppliers can deliver it bounds its admission.
     fn plan_id(&self) -> &str;
+}
+
+/// A shared order is priced as the order it points to.
+impl<T: Priced> Priced for Arc<T> {
+    fn order_id(&self) -> &str {
+        T::order_id(self)
+    }
+
+    fn total_cents(&self) -> i64 {
+        T::total_cents(self)
+    }
+
+    fn units(&self) -> u64 {
+        T::units(self)
+    }
+
+    fn plan_id(&self) -> &str {
+        T::plan_id(self)
+    }
 }
 
 /// One order request as the account sees it.

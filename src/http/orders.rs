@@ -6,6 +6,8 @@
 //! insufficient balance (402) bind the key; validation, plan and server
 //! errors leave it usable.
 
+use std::sync::Arc;
+
 use axum::{
     Extension, Json,
     body::Bytes,
@@ -343,7 +345,7 @@ async fn decide(
         key,
         mode: caller.mode,
         fingerprint,
-        ask,
+        ask: ask.map(Arc::new),
         always_insufficient,
     };
     let replayed = (
@@ -359,7 +361,7 @@ async fn decide(
             let location = format!("/partner/v1/orders/{}", order.id);
             let mut response = (
                 StatusCode::ACCEPTED,
-                Json(OrderView::new(order, Vec::new())),
+                Json(OrderView::new(Arc::unwrap_or_clone(order), Vec::new())),
             )
                 .into_response();
             if let Ok(value) = HeaderValue::from_str(&location) {
@@ -372,7 +374,7 @@ async fn decide(
             Ok((
                 StatusCode::OK,
                 [replayed],
-                Json(OrderView::new(order, esims)),
+                Json(OrderView::new(Arc::unwrap_or_clone(order), esims)),
             )
                 .into_response())
         }

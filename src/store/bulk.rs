@@ -22,7 +22,7 @@
 //! it over in SQLite's binary form, which `->>` reads directly. What the
 //! columns receive is the same. (An id is a plain value either way.)
 
-use std::fmt::Write as _;
+use std::{borrow::Borrow, fmt::Write as _};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use sea_orm::{
@@ -32,7 +32,10 @@ use sea_orm::{
 
 /// Inserts `models` into their table in one statement whatever their number
 /// (none: nothing is sent).
-pub(crate) async fn insert_models<E, C>(db: &C, models: &[E::Model]) -> Result<(), DbErr>
+pub(crate) async fn insert_models<E, C>(
+    db: &C,
+    models: &[impl Borrow<E::Model>],
+) -> Result<(), DbErr>
 where
     E: EntityTrait,
     C: ConnectionTrait,
@@ -46,7 +49,7 @@ where
 /// The statement [`insert_models`] runs (`None` for no rows).
 pub(crate) fn insert_statement<E: EntityTrait>(
     backend: DbBackend,
-    models: &[E::Model],
+    models: &[impl Borrow<E::Model>],
 ) -> Result<Option<Statement>, DbErr> {
     if models.is_empty() {
         return Ok(None);
@@ -65,7 +68,7 @@ pub(crate) fn insert_statement<E: EntityTrait>(
 /// learns which were taken without the whole statement failing.
 pub(crate) fn insert_new_statement<E: EntityTrait>(
     backend: DbBackend,
-    models: &[E::Model],
+    models: &[impl Borrow<E::Model>],
     unique: &[E::Column],
 ) -> Result<Option<Statement>, DbErr> {
     let columns = quoted::<E>(unique).join(", ");
@@ -83,7 +86,7 @@ pub(crate) fn insert_new_statement<E: EntityTrait>(
 /// rows overwritten both count as changed.
 pub(crate) fn upsert_statement<E: EntityTrait>(
     backend: DbBackend,
-    models: &[E::Model],
+    models: &[impl Borrow<E::Model>],
     key: &[E::Column],
     set: &[E::Column],
     guard: &str,
@@ -105,7 +108,7 @@ pub(crate) fn upsert_statement<E: EntityTrait>(
 /// no rows).
 fn insert_on_conflict<E: EntityTrait>(
     backend: DbBackend,
-    models: &[E::Model],
+    models: &[impl Borrow<E::Model>],
     on_conflict: &str,
 ) -> Result<Option<Statement>, DbErr> {
     if models.is_empty() {
@@ -290,7 +293,7 @@ fn pg_type(ty: &ColumnType) -> &'static str {
 /// array (SQLite) or one array per column (PostgreSQL).
 fn rows_values<E: EntityTrait>(
     backend: DbBackend,
-    models: &[E::Model],
+    models: &[impl Borrow<E::Model>],
 ) -> Result<Vec<Value>, DbErr> {
     match backend {
         DbBackend::Postgres => columns_arrays::<E>(models),
@@ -301,7 +304,7 @@ fn rows_values<E: EntityTrait>(
 /// One PostgreSQL array literal per column, in column order, each passed as
 /// text and cast by the statement (`$n::bigint[]`). Text rather than a bound
 /// array: the driver's array binding has no place for a NULL element.
-fn columns_arrays<E: EntityTrait>(models: &[E::Model]) -> Result<Vec<Value>, DbErr> {
+fn columns_arrays<E: EntityTrait>(models: &[impl Borrow<E::Model>]) -> Result<Vec<Value>, DbErr> {
     E::Column::iter()
         .map(|column| {
             // Room for a short cell each; a longer one grows the string.
@@ -311,7 +314,7 @@ fn columns_arrays<E: EntityTrait>(models: &[E::Model]) -> Result<Vec<Value>, DbE
                 if i > 0 {
                     out.push(',');
                 }
-                write_element(&mut out, model.get(column))?;
+                write_element(&mut out, model.borrow().get(column))?;
             }
             out.push('}');
             Ok(Value::from(out))
@@ -349,7 +352,7 @@ fn push_quoted(out: &mut String, text: &str) {
 }
 
 /// The rows as one JSON array of objects keyed by column name.
-fn rows_json<E: EntityTrait>(models: &[E::Model]) -> Result<String, DbErr> {
+fn rows_json<E: EntityTrait>(models: &[impl Borrow<E::Model>]) -> Result<String, DbErr> {
     let columns: Vec<E::Column> = E::Column::iter().collect();
     let names: Vec<String> = columns
         .iter()
@@ -368,7 +371,7 @@ fn rows_json<E: EntityTrait>(models: &[E::Model]) -> Result<String, DbErr> {
             }
             out.extend_from_slice(name.as_bytes());
             out.push(b':');
-            write_value(&mut out, model.get(*column))?;
+            write_value(&mut out, model.borrow().get(*column))?;
         }
         out.push(b'}');
     }

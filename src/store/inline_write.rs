@@ -55,6 +55,7 @@
 //! milliseconds, is left to the pool.
 
 use std::{
+    borrow::Borrow,
     collections::HashMap,
     path::{Path, PathBuf},
     sync::{
@@ -514,7 +515,7 @@ pub(crate) fn query<T, E>(
 /// every statement here: the write rolls back and goes through the pool.
 pub(crate) fn insert_rows<M: EntityTrait, E>(
     connection: &Connection,
-    models: &[M::Model],
+    models: &[impl Borrow<M::Model>],
     skip_taken: &[M::Column],
 ) -> Result<Vec<bool>, InlineFailed<E>> {
     if models.is_empty() {
@@ -526,7 +527,7 @@ pub(crate) fn insert_rows<M: EntityTrait, E>(
     models
         .iter()
         .map(|model| {
-            let cells = bulk::row_values::<M>(model)
+            let cells = bulk::row_values::<M>(model.borrow())
                 .map(cell)
                 .collect::<Result<Vec<Cell>, DbErr>>()
                 .map_err(InlineFailed::Unavailable)?;
@@ -605,7 +606,7 @@ mod tests {
         PartnerBatch {
             partner_id: partner_id.into(),
             orders: vec![NewOrder {
-                order,
+                order: Arc::new(order),
                 fingerprint: "f".into(),
             }],
             refusals: Vec::new(),
@@ -655,7 +656,7 @@ mod tests {
         let read = order::Entity::find_by_id("ord_k1").one(&db).await.unwrap();
         assert_eq!(
             read.as_ref(),
-            Some(&batch.orders[0].order),
+            Some(&*batch.orders[0].order),
             "every column as written"
         );
         let units = order_unit::Entity::find()
@@ -716,7 +717,8 @@ mod tests {
     async fn rows_inserted_one_at_a_time_hold_the_cells_the_pool_s_insert_stores() {
         let (_dir, db, partner_id) = funded_partner("inline-rows.db").await;
         let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
-        let through_pool = batch_of(&partner_id, "pool", 2_000).orders[0].order.clone();
+        let through_pool =
+            Arc::unwrap_or_clone(batch_of(&partner_id, "pool", 2_000).orders.remove(0).order);
         let mut inline = through_pool.clone();
         inline.id = "ord_inline".into();
         let now = Utc::now();
@@ -791,9 +793,8 @@ mod tests {
     async fn a_row_refused_midway_leaves_none_of_its_write_behind() {
         let (_dir, db, partner_id) = funded_partner("inline-midway.db").await;
         let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
-        let first = batch_of(&partner_id, "first", 2_000).orders[0]
-            .order
-            .clone();
+        let first =
+            Arc::unwrap_or_clone(batch_of(&partner_id, "first", 2_000).orders.remove(0).order);
         let mut same_id = first.clone();
         same_id.idempotency_key = "second".into();
         let rows = vec![first, same_id];
@@ -842,7 +843,7 @@ mod tests {
             .await
             .unwrap();
         let mut again = batch_of(&partner_id, "k5", 1_000);
-        again.orders[0].order.id = "ord_k5_again".into();
+        Arc::make_mut(&mut again.orders[0].order).id = "ord_k5_again".into();
 
         let done = writer.transaction(accept(&again)).await;
 
@@ -882,9 +883,9 @@ mod tests {
 
     async fn accepted(db: &Db, partner_id: &str, key: &str) -> order::Model {
         let writer = InlineWriter::for_db(db, "test", Counts::NONE).unwrap();
-        let batch = batch_of(partner_id, key, 1_000);
+        let mut batch = batch_of(partner_id, key, 1_000);
         writer.transaction(accept(&batch)).await.unwrap();
-        batch.orders[0].order.clone()
+        Arc::unwrap_or_clone(batch.orders.remove(0).order)
     }
 
     fn supplier_row(id: &str, units: i32) -> supplier_order::Model {

@@ -243,7 +243,7 @@ fn job_of(
     for (request, outcome) in requests.iter().zip(outcomes) {
         match (outcome, &request.ask) {
             (Outcome::Accept, Ok(order)) => accepted.push(NewOrder {
-                order: order.clone(),
+                order: Arc::clone(order),
                 fingerprint: request.fingerprint.clone(),
             }),
             (Outcome::Refuse(refusal), _) if refusal.binds() => refusals.push(RefusalRow {
@@ -256,11 +256,11 @@ fn job_of(
         }
     }
     crate::actors::writer::Job {
-        batch: store::orders::PartnerBatch {
+        batch: Arc::new(store::orders::PartnerBatch {
             partner_id: state.args.partner_id.clone(),
             orders: accepted,
             refusals,
-        },
+        }),
         now: time::now(),
     }
 }
@@ -272,7 +272,7 @@ async fn answers(
     requests: &[PlaceOrder],
     outcomes: Vec<Outcome>,
 ) -> Result<Vec<Decision>, Attempt> {
-    let accepted_here: HashMap<&str, &order::Model> = requests
+    let accepted_here: HashMap<&str, &Arc<order::Model>> = requests
         .iter()
         .zip(&outcomes)
         .filter(|(_, o)| matches!(o, Outcome::Accept))
@@ -288,17 +288,17 @@ async fn answers(
             _ => None,
         })
         .collect();
-    let read_back: HashMap<String, order::Model> =
+    let read_back: HashMap<String, Arc<order::Model>> =
         store::orders::get_orders(&state.args.db, &earlier)
             .await?
             .into_iter()
-            .map(|o| (o.id.clone(), o))
+            .map(|o| (o.id.clone(), Arc::new(o)))
             .collect();
     let mut decisions = Vec::with_capacity(outcomes.len());
     for (request, outcome) in requests.iter().zip(outcomes) {
         decisions.push(match outcome {
             Outcome::Accept => match &request.ask {
-                Ok(order) => Decision::Accepted(order.clone()),
+                Ok(order) => Decision::Accepted(Arc::clone(order)),
                 Err(_) => {
                     return Err(Attempt::Failed(AccountError::internal(
                         "accepted a refusal",
@@ -309,7 +309,7 @@ async fn answers(
             Outcome::Replay(Bound::Refusal(refusal)) => Decision::ReplayedRefusal(refusal),
             Outcome::Replay(Bound::Order(id)) => {
                 let order = match accepted_here.get(id.as_str()) {
-                    Some(order) => (*order).clone(),
+                    Some(order) => Arc::clone(order),
                     None => read_back.get(&id).cloned().ok_or_else(|| {
                         Attempt::Failed(AccountError::internal("a bound order is missing"))
                     })?,
@@ -343,7 +343,7 @@ pub(super) fn announce(state: &AccountState, decision: &Result<Decision, Account
         provisioning.send(ProvisioningMsg::Provision {
             order_id: order.id.clone(),
             claimed_until: order.claimed_until,
-            fresh: Some(Box::new(order.clone())),
+            fresh: Some(Arc::clone(order)),
         });
     }
 }

@@ -62,8 +62,10 @@ pub(crate) const MAX_BATCH: usize = 512;
 /// answered `409 conflict` (retrying with the same key is safe).
 const GUARD_ATTEMPTS: usize = 3;
 
-/// An order request: the priced order (the edge's refusal otherwise).
-pub(crate) type PlaceOrder = OrderRequest<order::Model>;
+/// An order request: the priced order (the edge's refusal otherwise),
+/// shared rather than copied by the batch's job, its answer and its
+/// provisioning pass.
+pub(crate) type PlaceOrder = OrderRequest<Arc<order::Model>>;
 
 /// The live orders a decided batch accepts.
 fn admitted_live<'a>(
@@ -76,7 +78,7 @@ fn admitted_live<'a>(
         .filter(|(request, outcome)| {
             matches!(outcome, Outcome::Accept) && request.mode == Mode::Live
         })
-        .filter_map(|(request, _)| request.ask.as_ref().ok())
+        .filter_map(|(request, _)| request.ask.as_deref().ok())
 }
 
 impl Priced for order::Model {
@@ -101,9 +103,9 @@ impl Priced for order::Model {
 #[derive(Debug)]
 pub enum Decision {
     /// A new order, committed (202).
-    Accepted(order::Model),
+    Accepted(Arc<order::Model>),
     /// The key's earlier order, as it is now (200, replayed).
-    Replayed(order::Model),
+    Replayed(Arc<order::Model>),
     /// Refused (the key is bound if the refusal binds).
     Refused(Refusal),
     /// The key's earlier binding refusal (replayed).
@@ -474,7 +476,7 @@ mod tests {
             key: key.into(),
             mode: Mode::Sandbox,
             fingerprint: key.into(),
-            ask: Ok(order::Model {
+            ask: Ok(Arc::new(order::Model {
                 id: crate::domain::ids::OrderId::generate().into_string(),
                 partner_id: partner_id.into(),
                 mode: Mode::Sandbox,
@@ -494,7 +496,7 @@ mod tests {
                 claimed_by: None,
                 created_at: Utc::now(),
                 completed_at: None,
-            }),
+            })),
             always_insufficient: false,
         }
     }
@@ -642,7 +644,7 @@ mod tests {
         };
         first.stop(None);
         (
-            original.clone(),
+            (**original).clone(),
             spawn_actor(db, partner_id, writer()).await,
         )
     }
@@ -701,14 +703,14 @@ mod tests {
     fn job(partner: &str, key: &str, total: i64) -> crate::actors::writer::Job {
         let order = request(partner, key, total).ask.unwrap();
         crate::actors::writer::Job {
-            batch: store::orders::PartnerBatch {
+            batch: Arc::new(store::orders::PartnerBatch {
                 partner_id: partner.into(),
                 orders: vec![NewOrder {
                     order,
                     fingerprint: key.into(),
                 }],
                 refusals: Vec::new(),
-            },
+            }),
             now: Utc::now(),
         }
     }

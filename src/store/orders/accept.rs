@@ -7,14 +7,16 @@
 use super::*;
 use crate::store::inline_write::{self, InlineFailed};
 use sea_orm::{DbBackend, Statement};
+use std::sync::Arc;
 
 use super::bindings::{KEY_COLUMNS, KeyBindings, key_bindings};
 
 /// An order ready to be written.
 #[derive(Debug, Clone)]
 pub struct NewOrder {
-    /// The order row, priced and with its id.
-    pub order: order::Model,
+    /// The order row, priced and with its id (shared with the request it
+    /// answers and the pass that provisions it).
+    pub order: Arc<order::Model>,
     /// Fingerprint of the request body its key is bound to.
     pub fingerprint: String,
 }
@@ -269,7 +271,7 @@ struct AfterDebit {
 /// The rows a shared commit inserts after its key bindings.
 struct NewRows {
     /// The orders, in acceptance order.
-    orders: Vec<order::Model>,
+    orders: Vec<Arc<order::Model>>,
     /// The purchase rows of the live orders.
     ledger: Vec<ledger_entry::Model>,
 }
@@ -311,9 +313,9 @@ fn writes_after_debit(
         }
         balances.push((live.map(|m| m.0), sandbox.map(|m| m.0)));
     }
-    let order_rows: Vec<order::Model> = batches
+    let order_rows: Vec<Arc<order::Model>> = batches
         .iter()
-        .flat_map(|b| b.orders.iter().map(|o| o.order.clone()))
+        .flat_map(|b| b.orders.iter().map(|o| Arc::clone(&o.order)))
         .collect();
     Ok(AfterDebit {
         balances,

@@ -172,11 +172,11 @@ pub(super) fn orders_of(profiles: &[esim::Model]) -> Vec<String> {
 }
 
 /// Per profile, whether its unit was `settled` by this call, and the
-/// profiles to store (those).
-pub(super) fn profiles_to_store(
-    profiles: &[esim::Model],
+/// profiles to store (those), lent rather than copied.
+pub(super) fn profiles_to_store<'a>(
+    profiles: &'a [esim::Model],
     settled: &HashSet<String>,
-) -> (Vec<bool>, Vec<esim::Model>) {
+) -> (Vec<bool>, Vec<&'a esim::Model>) {
     let stored: Vec<bool> = profiles
         .iter()
         .map(|p| settled.contains(&p.unit_id))
@@ -185,7 +185,7 @@ pub(super) fn profiles_to_store(
         .iter()
         .zip(&stored)
         .filter(|(_, stored)| **stored)
-        .map(|(p, _)| p.clone())
+        .map(|(p, _)| p)
         .collect();
     (stored, rows)
 }
