@@ -359,6 +359,8 @@ async fn decide(
     {
         Decision::Accepted(order) => {
             let location = format!("/partner/v1/orders/{}", order.id);
+            // Its provisioning pass usually holds the order still: the body
+            // then copies it, the one copy an accepted order costs.
             let mut response = (
                 StatusCode::ACCEPTED,
                 Json(OrderView::new(Arc::unwrap_or_clone(order), Vec::new())),
