@@ -119,7 +119,10 @@ pub(crate) async fn get<C: ConnectionTrait>(
 
 /// The ids of the units a supplier order carries, in the order profiles
 /// are dealt to them (by unit id).
-pub(crate) async fn units_of<C: ConnectionTrait>(db: &C, id: &str) -> Result<Vec<String>, DbErr> {
+pub(crate) async fn unit_ids_of<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+) -> Result<Vec<String>, DbErr> {
     // Only the ids: a delivery deals by them, and whole rows were decoded
     // (every column, its timestamps parsed) to be dropped.
     order_unit::Entity::find()

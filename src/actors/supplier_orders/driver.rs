@@ -173,11 +173,11 @@ async fn delivered(
     row: &supplier_order::Model,
     profiles: Vec<Profile>,
 ) -> Outcome {
-    match rows::units_of(&args.db, &row.id).await {
-        Ok(units) => Outcome::Profiles(Arc::new(Delivered {
+    match rows::unit_ids_of(&args.db, &row.id).await {
+        Ok(carriers) => Outcome::Profiles(Arc::new(Delivered {
             supplier: row.supplier.clone(),
             profiles,
-            carriers: units,
+            carriers,
         })),
         Err(err) => Outcome::Later(format!("reading the units of {}: {err}", row.id)),
     }
