@@ -64,6 +64,13 @@ impl KeyDirectory {
         if let Some(record) = self.cached(digest) {
             return Ok(Some(record));
         }
+        // Boxed: the reads of a key not cached are a large state machine that
+        // every request's future would otherwise carry (and copy).
+        Box::pin(self.load(digest)).await
+    }
+
+    /// Reads a key not cached, and its partner, and caches them.
+    async fn load(&self, digest: &str) -> Result<Option<Arc<KeyRecord>>, DbErr> {
         let Some(key) = store::keys::find_by_hash(&self.db, digest).await? else {
             return Ok(None);
         };
@@ -214,4 +221,23 @@ fn parse_allowlist(stored: Option<&serde_json::Value>) -> Option<Vec<IpNet>> {
             .filter_map(|v| v.as_str().and_then(|s| s.parse().ok()))
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every request awaits a key's lookup: the reads of a key not cached
+    /// are boxed, so the lookup's future (and every request's future that
+    /// holds it, copied as the request moves through its layers) stays a
+    /// fraction of theirs.
+    #[test]
+    fn a_lookup_carries_the_reads_of_a_key_not_cached_boxed() {
+        let keys = KeyDirectory::new(Db::default(), Duration::from_secs(60));
+        let lookup = std::mem::size_of_val(&keys.lookup("digest"));
+        let reads = std::mem::size_of_val(&keys.load("digest"));
+        eprintln!("lookup {lookup} bytes, reads {reads} bytes");
+        assert!(lookup <= 128, "a lookup's future is {lookup} bytes");
+        assert!(reads >= 4 * lookup, "the reads' future is {reads} bytes");
+    }
 }

@@ -372,7 +372,13 @@ async fn decide(
             Ok(response)
         }
         Decision::Replayed(order) => {
-            let esims = store::orders::esims_of(&state.db, std::slice::from_ref(&order.id)).await?;
+            // Boxed: a replay is rare, and its read would otherwise make
+            // every order request's future larger (and copied as large).
+            let esims = Box::pin(store::orders::esims_of(
+                &state.db,
+                std::slice::from_ref(&order.id),
+            ))
+            .await?;
             Ok((
                 StatusCode::OK,
                 [replayed],

@@ -67,7 +67,11 @@ impl Limiter {
         let (start, reset) = window_bounds(now, window.window_seconds);
         let count = match self {
             Self::Memory(counters) => counters.add(bucket, start, window.window_seconds, 1),
-            Self::Redis(counters) => counters.add(bucket, start, window.window_seconds, 1).await,
+            // Boxed: a Redis round trip is a large state machine that every
+            // request's future would otherwise carry (and copy), Redis or not.
+            Self::Redis(counters) => {
+                Box::pin(counters.add(bucket, start, window.window_seconds, 1)).await
+            }
         };
         WindowState::after(count, window, reset)
     }
@@ -77,7 +81,10 @@ impl Limiter {
         let (start, _) = window_bounds(unix_now_seconds(), window.window_seconds);
         match self {
             Self::Memory(counters) => counters.add(bucket, start, window.window_seconds, 0),
-            Self::Redis(counters) => counters.add(bucket, start, window.window_seconds, 0).await,
+            // Boxed, as in `hit`.
+            Self::Redis(counters) => {
+                Box::pin(counters.add(bucket, start, window.window_seconds, 0)).await
+            }
         }
     }
 
@@ -191,6 +198,22 @@ impl MemoryCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every request awaits a count: with Redis's round trip boxed, its
+    /// future stays small whatever the backend, rather than every request's
+    /// future carrying (and copying) Redis's state machine.
+    #[test]
+    fn a_count_is_a_small_future_whatever_the_backend() {
+        let limiter = Limiter::Memory(MemoryCounters::default());
+        let window = Window {
+            limit: 10,
+            window_seconds: 1,
+        };
+        let hit = std::mem::size_of_val(&limiter.hit("a", window));
+        let used = std::mem::size_of_val(&limiter.used("a", window));
+        eprintln!("hit {hit} bytes, used {used} bytes");
+        assert!(hit <= 128 && used <= 128, "hit {hit}, used {used} bytes");
+    }
 
     #[test]
     fn memory_counts_per_bucket_and_window_and_reading_counts_nothing() {

@@ -278,6 +278,17 @@ impl Accounts {
         if let Some(found) = self.lookup(partner_id) {
             return Ok(found);
         }
+        // Boxed: starting an actor is a large state machine, and every
+        // request's future would otherwise carry (and copy) it.
+        Box::pin(self.start_actor(partner_id)).await
+    }
+
+    /// Starts the partner's actor (unless another request just did) and
+    /// returns it: the first use of an account on this node.
+    async fn start_actor(
+        &self,
+        partner_id: &str,
+    ) -> Result<(ActorRef<AccountMsg>, Arc<AtomicUsize>, Arc<AtomicI64>), AccountError> {
         let starting = starting_lock(&self.0, partner_id).lock_owned().await;
         let spawned = match self.lookup(partner_id) {
             Some(_) => Ok(()),
