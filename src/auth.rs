@@ -236,7 +236,6 @@ mod tests {
         let keys = KeyDirectory::new(Db::default(), Duration::from_secs(60));
         let lookup = std::mem::size_of_val(&keys.lookup("digest"));
         let reads = std::mem::size_of_val(&keys.load("digest"));
-        eprintln!("lookup {lookup} bytes, reads {reads} bytes");
         assert!(lookup <= 128, "a lookup's future is {lookup} bytes");
         assert!(reads >= 4 * lookup, "the reads' future is {reads} bytes");
     }

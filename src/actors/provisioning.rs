@@ -288,7 +288,7 @@ async fn provision_order(
     let claim_holds = claimed_until.is_some_and(|until| until - now > lease / 2);
     let alive_since = now - chrono::Duration::from_std(args.liveness)?;
     // The database calls off the usual path (a fresh order's claim holds;
-    // nothing fails) are boxed here and below: each is a state machine of
+    // nothing fails) are boxed here and below: most are state machines of
     // kilobytes, and the pass's future, moved whole into its box as the
     // pass starts, would otherwise be as large as all of them together.
     if !claim_holds

@@ -211,7 +211,6 @@ mod tests {
         };
         let hit = std::mem::size_of_val(&limiter.hit("a", window));
         let used = std::mem::size_of_val(&limiter.used("a", window));
-        eprintln!("hit {hit} bytes, used {used} bytes");
         assert!(hit <= 128 && used <= 128, "hit {hit}, used {used} bytes");
     }
 
