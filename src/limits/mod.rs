@@ -65,26 +65,24 @@ impl Limiter {
     pub async fn hit(&self, bucket: &str, window: Window) -> WindowState {
         let now = unix_now_seconds();
         let (start, reset) = window_bounds(now, window.window_seconds);
-        let count = match self {
-            Self::Memory(counters) => counters.add(bucket, start, window.window_seconds, 1),
-            // Boxed: a Redis round trip is a large state machine that every
-            // request's future would otherwise carry (and copy), Redis or not.
-            Self::Redis(counters) => {
-                Box::pin(counters.add(bucket, start, window.window_seconds, 1)).await
-            }
-        };
+        let count = self.add(bucket, start, window.window_seconds, 1).await;
         WindowState::after(count, window, reset)
     }
 
     /// How many requests `bucket` has used in the current window, without counting one.
     pub async fn used(&self, bucket: &str, window: Window) -> u64 {
         let (start, _) = window_bounds(unix_now_seconds(), window.window_seconds);
+        self.add(bucket, start, window.window_seconds, 0).await
+    }
+
+    /// Adds `n` (0 only reads) to `bucket`'s window starting at `start`, and
+    /// says what it holds now.
+    async fn add(&self, bucket: &str, start: u64, window_seconds: u32, n: u64) -> u64 {
         match self {
-            Self::Memory(counters) => counters.add(bucket, start, window.window_seconds, 0),
-            // Boxed, as in `hit`.
-            Self::Redis(counters) => {
-                Box::pin(counters.add(bucket, start, window.window_seconds, 0)).await
-            }
+            Self::Memory(counters) => counters.add(bucket, start, window_seconds, n),
+            // Boxed: a Redis round trip is a large state machine that every
+            // request's future would otherwise carry (and copy), Redis or not.
+            Self::Redis(counters) => Box::pin(counters.add(bucket, start, window_seconds, n)).await,
         }
     }
 
