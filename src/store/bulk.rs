@@ -91,17 +91,18 @@ pub(crate) fn upsert_statement<E: EntityTrait>(
     set: &[E::Column],
     guard: &str,
 ) -> Result<Option<Statement>, DbErr> {
+    insert_on_conflict::<E>(backend, models, &upsert_clause::<E>(key, set, guard))
+}
+
+/// The `ON CONFLICT` clause of [`upsert_statement`] and [`row_upsert_sql`].
+fn upsert_clause<E: EntityTrait>(key: &[E::Column], set: &[E::Column], guard: &str) -> String {
     let key = quoted::<E>(key).join(", ");
     let set = quoted::<E>(set)
         .iter()
         .map(|c| format!("{c} = excluded.{c}"))
         .collect::<Vec<_>>()
         .join(", ");
-    insert_on_conflict::<E>(
-        backend,
-        models,
-        &format!("ON CONFLICT ({key}) DO UPDATE SET {set} WHERE {guard}"),
-    )
+    format!("ON CONFLICT ({key}) DO UPDATE SET {set} WHERE {guard}")
 }
 
 /// [`insert_statement`] followed by its `ON CONFLICT` clause (`None` for
@@ -154,6 +155,19 @@ pub(crate) fn row_insert_sql<E: EntityTrait>(skip_taken: &[E::Column]) -> String
         sql.push_str(&format!(" ON CONFLICT ({taken}) DO NOTHING"));
     }
     sql
+}
+
+/// [`upsert_statement`] for one row, in [`row_insert_sql`]'s form.
+pub(crate) fn row_upsert_sql<E: EntityTrait>(
+    key: &[E::Column],
+    set: &[E::Column],
+    guard: &str,
+) -> String {
+    format!(
+        "{} {}",
+        row_insert_sql::<E>(&[]),
+        upsert_clause::<E>(key, set, guard)
+    )
 }
 
 /// A model's values in the column order [`row_insert_sql`] binds them.

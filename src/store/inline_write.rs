@@ -518,12 +518,37 @@ pub(crate) fn insert_rows<M: EntityTrait, E>(
     models: &[impl Borrow<M::Model>],
     skip_taken: &[M::Column],
 ) -> Result<Vec<bool>, InlineFailed<E>> {
+    let sql = || bulk::row_insert_sql::<M>(skip_taken);
+    let changed = each_row::<M, E>(connection, sql, models)?;
+    Ok(changed.into_iter().map(|rows| rows == 1).collect())
+}
+
+/// Upserts `models` with one cached single-row statement run once per row
+/// ([`bulk::row_upsert_sql`], the same clause as
+/// [`bulk::upsert_statement`]'s); the rows written, inserted or
+/// overwritten (a row whose existing one fails `guard` is left alone).
+pub(crate) fn upsert_rows<M: EntityTrait, E>(
+    connection: &Connection,
+    models: &[impl Borrow<M::Model>],
+    key: &[M::Column],
+    set: &[M::Column],
+    guard: &str,
+) -> Result<usize, InlineFailed<E>> {
+    let sql = || bulk::row_upsert_sql::<M>(key, set, guard);
+    Ok(each_row::<M, E>(connection, sql, models)?.into_iter().sum())
+}
+
+/// Runs the statement `sql` makes (only when there are rows), cached, once
+/// per model with its values; the rows each run changed.
+fn each_row<M: EntityTrait, E>(
+    connection: &Connection,
+    sql: impl FnOnce() -> String,
+    models: &[impl Borrow<M::Model>],
+) -> Result<Vec<usize>, InlineFailed<E>> {
     if models.is_empty() {
         return Ok(Vec::new());
     }
-    let mut prepared = connection
-        .prepare_cached(&bulk::row_insert_sql::<M>(skip_taken))
-        .map_err(unavailable)?;
+    let mut prepared = connection.prepare_cached(&sql()).map_err(unavailable)?;
     models
         .iter()
         .map(|model| {
@@ -531,10 +556,9 @@ pub(crate) fn insert_rows<M: EntityTrait, E>(
                 .map(cell)
                 .collect::<Result<Vec<Cell>, DbErr>>()
                 .map_err(InlineFailed::Unavailable)?;
-            let inserted = prepared
+            prepared
                 .execute(rusqlite::params_from_iter(cells))
-                .map_err(unavailable)?;
-            Ok(inserted == 1)
+                .map_err(unavailable)
         })
         .collect()
 }
@@ -568,7 +592,7 @@ mod tests {
     use super::*;
     use crate::domain::{
         partner::Mode,
-        states::{EsimStatus, OrderStatus, SupplierOrderStatus},
+        states::{EsimStatus, OrderStatus, SupplierOrderStatus, UnitStatus},
     };
     use crate::store::orders::{
         NewOrder, PartnerBatch, Turned, accept_batches_inline, deliver_and_settle_inline,
@@ -832,6 +856,59 @@ mod tests {
         assert_eq!(orders_of(&db, &partner_id).await, 0);
     }
 
+    /// With many partners each float is debited by its own batch's total,
+    /// one statement a float; a batch whose guard fires is named alone and
+    /// nothing of the commit is written, and the others commit without it.
+    #[tokio::test]
+    async fn an_inline_debit_of_many_partners_moves_each_float_by_its_own_batch() {
+        let (_dir, db, first) = funded_partner("inline-many.db").await;
+        let second = crate::store::partners::gold_partner(&db, "second", 10_000).await;
+        let third = crate::store::partners::gold_partner(&db, "third", 10_000).await;
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
+        let (a, b, c) = (
+            batch_of(&first, "m1", 2_000),
+            batch_of(&second, "m2", 20_000),
+            batch_of(&third, "m3", 3_000),
+        );
+
+        let refused = writer
+            .transaction({
+                let batches = [a.clone(), b.clone(), c.clone()];
+                move |conn| {
+                    accept_batches_inline(conn, &batches.iter().collect::<Vec<_>>(), Utc::now())
+                }
+            })
+            .await;
+        let fired = match refused {
+            Err(InlineFailed::Refused(Turned::Fired(fired))) => {
+                fired.into_iter().collect::<Vec<_>>()
+            }
+            other => panic!("the second batch's guard fires, got {other:?}"),
+        };
+        let untouched = [
+            sandbox_balance(&db, &first).await,
+            sandbox_balance(&db, &second).await,
+            sandbox_balance(&db, &third).await,
+        ];
+        let balances = writer
+            .transaction(move |conn| accept_batches_inline(conn, &[&a, &c], Utc::now()))
+            .await
+            .unwrap();
+
+        assert_eq!(fired, [1]);
+        assert_eq!(untouched, [10_000; 3]);
+        assert_eq!(balances, vec![(None, Some(8_000)), (None, Some(7_000))]);
+        assert_eq!(
+            [
+                sandbox_balance(&db, &first).await,
+                sandbox_balance(&db, &second).await,
+                sandbox_balance(&db, &third).await,
+            ],
+            [8_000, 10_000, 7_000]
+        );
+        assert_eq!(orders_of(&db, &second).await, 0);
+    }
+
     /// A key bound already is skipped by the bindings' insert, and its batch
     /// turned back before anything of it is written.
     #[tokio::test]
@@ -1042,6 +1119,77 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(carried, 2);
+    }
+
+    /// A unit whose row exists already (an earlier pass counted a failed
+    /// attempt on it) is taken where it is pending and carried by none: the
+    /// supplier order and the time are written over it, its attempts kept;
+    /// a unit delivered already is not taken.
+    #[tokio::test]
+    async fn a_supplier_order_written_inline_takes_a_free_unit_s_existing_row() {
+        use sea_orm::ActiveModelTrait;
+        let (_dir, db, partner_id) = funded_partner("inline-open-existing.db").await;
+        let order = accepted(&db, &partner_id, "e1").await;
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
+        let earlier: DateTime<Utc> = "2026-01-02T03:04:05Z".parse().unwrap();
+        for (n, status) in [(1, UnitStatus::Pending), (2, UnitStatus::Delivered)] {
+            let mut row = crate::store::orders::unit_row(&order.id, n, status, None, earlier);
+            row.attempts = 1;
+            row.last_error = Some("timed out".into());
+            order_unit::ActiveModel::from(row)
+                .insert(&db)
+                .await
+                .unwrap();
+        }
+        let unit = |n| crate::store::orders::unit_id(&order.id, n);
+        let first = supplier_row("E1", 1);
+        let taken_at = first.created_at;
+        writer
+            .transaction({
+                let units = vec![unit(1)];
+                move |c| crate::store::supplier_orders::open_inline(c, &first, &units)
+            })
+            .await
+            .unwrap();
+        let refused = writer
+            .transaction({
+                let units = vec![unit(2)];
+                let second = supplier_row("E2", 1);
+                move |c| crate::store::supplier_orders::open_inline(c, &second, &units)
+            })
+            .await;
+
+        let taken = order_unit::Entity::find_by_id(unit(1))
+            .one(&db)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                taken.supplier_txn_id.as_deref(),
+                taken.status,
+                taken.attempts,
+                taken.last_error.as_deref(),
+                taken.updated_at
+            ),
+            (
+                Some("E1"),
+                UnitStatus::Pending,
+                1,
+                Some("timed out"),
+                taken_at
+            )
+        );
+        assert!(
+            matches!(refused, Err(InlineFailed::Refused(()))),
+            "{refused:?}"
+        );
+        let delivered = order_unit::Entity::find_by_id(unit(2))
+            .one(&db)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(delivered.supplier_txn_id, None);
     }
 
     /// A supplier order's bookkeeping (the call counted, its number, its

@@ -50,18 +50,17 @@ pub(crate) fn open_inline(
     row: &supplier_order::Model,
     unit_ids: &[String],
 ) -> Result<(), InlineFailed<()>> {
-    let backend = DbBackend::Sqlite;
     inline_write::insert_rows::<supplier_order::Entity, _>(
         connection,
         std::slice::from_ref(row),
         &[],
     )?;
-    let take = take_units(backend, &row.id, row.created_at, unit_ids)
-        .map_err(InlineFailed::Unavailable)?;
-    let taken = match take {
-        Some(take) => inline_write::execute(connection, &take)?,
-        None => 0,
-    };
+    // Row by row, as the inline writer inserts: the pool's one statement
+    // packs the rows into JSON that SQLite unpacks column by column.
+    let rows = taken_rows(&row.id, row.created_at, unit_ids).map_err(InlineFailed::Unavailable)?;
+    let taken = inline_write::upsert_rows::<order_unit::Entity, _>(
+        connection, &rows, &TAKE_KEY, &TAKE_SET, TAKE_GUARD,
+    )?;
     match taken == unit_ids.len() {
         true => Ok(()),
         false => Err(InlineFailed::Refused(())),
@@ -81,7 +80,17 @@ fn take_units(
     at: DateTime<Utc>,
     unit_ids: &[String],
 ) -> Result<Option<Statement>, DbErr> {
-    let rows = unit_ids
+    let rows = taken_rows(supplier_order_id, at, unit_ids)?;
+    bulk::upsert_statement::<order_unit::Entity>(backend, &rows, &TAKE_KEY, &TAKE_SET, TAKE_GUARD)
+}
+
+/// A unit's row as a supplier order takes it: pending, carried by it.
+fn taken_rows(
+    supplier_order_id: &str,
+    at: DateTime<Utc>,
+    unit_ids: &[String],
+) -> Result<Vec<order_unit::Model>, DbErr> {
+    unit_ids
         .iter()
         .map(|id| {
             let (order_id, n) = orders::unit_of_id(id)
@@ -95,18 +104,21 @@ fn take_units(
                 at,
             ))
         })
-        .collect::<Result<Vec<_>, DbErr>>()?;
-    bulk::upsert_statement::<order_unit::Entity>(
-        backend,
-        &rows,
-        &[order_unit::Column::Id],
-        &[
-            order_unit::Column::SupplierTxnId,
-            order_unit::Column::UpdatedAt,
-        ],
-        "\"order_units\".\"supplier_txn_id\" IS NULL AND \"order_units\".\"status\" = 'pending'",
-    )
+        .collect()
 }
+
+/// The column by which a supplier order finds a unit's row that exists already.
+const TAKE_KEY: [order_unit::Column; 1] = [order_unit::Column::Id];
+/// What a supplier order writes over a unit's existing row: itself as the
+/// carrier, and the time.
+const TAKE_SET: [order_unit::Column; 2] = [
+    order_unit::Column::SupplierTxnId,
+    order_unit::Column::UpdatedAt,
+];
+/// A unit's existing row is taken only while it is pending and carried by no
+/// supplier order.
+const TAKE_GUARD: &str =
+    "\"order_units\".\"supplier_txn_id\" IS NULL AND \"order_units\".\"status\" = 'pending'";
 
 pub(crate) async fn get<C: ConnectionTrait>(
     db: &C,

@@ -232,14 +232,8 @@ pub(crate) fn accept_batches_inline(
     batches: &[&PartnerBatch],
     now: DateTime<Utc>,
 ) -> Result<Vec<Balances>, InlineFailed<Turned>> {
-    let backend = DbBackend::Sqlite;
     let debits = debits_of(batches);
-    let floats = match debit_statement(backend, &debits, now) {
-        Some(debit) => inline_write::query(connection, &debit, |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-        })?,
-        None => Vec::new(),
-    };
+    let floats = debit_inline(connection, &debits, now)?;
     let moved = moved_floats(floats).map_err(InlineFailed::Unavailable)?;
     let after = writes_after_debit(batches, &debits, moved, now)?;
     let keys = after.keys.rows();
@@ -433,10 +427,7 @@ fn debit_statement(backend: DbBackend, debits: &[Debit], now: DateTime<Utc>) -> 
     if debits.is_empty() {
         return None;
     }
-    // In key order, so that two nodes' shared commits lock the floats they
-    // both touch in the same order rather than each waiting on the other.
-    let mut ordered: Vec<&Debit> = debits.iter().collect();
-    ordered.sort_by(|a, b| (&a.partner_id, a.mode.as_str()).cmp(&(&b.partner_id, b.mode.as_str())));
+    let ordered = in_key_order(debits);
     let rows: Vec<serde_json::Value> = ordered
         .iter()
         .map(|d| serde_json::json!({"p": d.partner_id, "m": d.mode.as_str(), "t": d.total, "n": d.count}))
@@ -473,8 +464,58 @@ fn debit_statement(backend: DbBackend, debits: &[Debit], now: DateTime<Utc>) -> 
     Some(bulk::portable_for(backend, &sql, values))
 }
 
+/// The debits in their floats' key order, so that two nodes' shared
+/// commits lock the floats they both touch in the same order rather than
+/// each waiting on the other.
+fn in_key_order(debits: &[Debit]) -> Vec<&Debit> {
+    let mut ordered: Vec<&Debit> = debits.iter().collect();
+    ordered.sort_by(|a, b| (&a.partner_id, a.mode.as_str()).cmp(&(&b.partner_id, b.mode.as_str())));
+    ordered
+}
+
+/// One float's debit, guarded, as [`debit_statement`] debits each of its
+/// floats: (total, orders, time, partner, mode).
+const DEBIT_ONE_FLOAT: &str = "UPDATE \"floats\" SET \"balance_cents\" = \"balance_cents\" - ?1, \
+     \"next_seq\" = \"next_seq\" + CASE WHEN \"mode\" = 'live' THEN ?2 ELSE 0 END, \
+     \"updated_at\" = ?3 \
+     WHERE \"partner_id\" = ?4 AND \"mode\" = ?5 AND \"balance_cents\" >= ?1 \
+     RETURNING \"partner_id\", \"mode\", \"balance_cents\", \"next_seq\"";
+
+/// [`debit_statement`]'s debit on the inline writer's connection (SQLite):
+/// one cached statement per float, in key order, its values bound, where
+/// the shared statement has SQLite read four fields a float out of JSON
+/// (with many partners, a float or more an order). The same answer: the
+/// floats moved, a float whose guard fired missing from it.
+fn debit_inline(
+    connection: &rusqlite::Connection,
+    debits: &[Debit],
+    now: DateTime<Utc>,
+) -> Result<Vec<MovedRow>, InlineFailed<Turned>> {
+    let mut moved = Vec::with_capacity(debits.len());
+    for debit in in_key_order(debits) {
+        let one = Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            DEBIT_ONE_FLOAT,
+            [
+                debit.total.into(),
+                debit.count.into(),
+                now.into(),
+                debit.partner_id.as_str().into(),
+                debit.mode.as_str().into(),
+            ],
+        );
+        moved.extend(inline_write::query(connection, &one, |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?);
+    }
+    Ok(moved)
+}
+
 /// One row of the debit's answer: (partner, mode, balance after, next seq after).
-fn moved_row(row: &sea_orm::QueryResult) -> Result<(String, String, i64, i64), DbErr> {
+type MovedRow = (String, String, i64, i64);
+
+/// A [`MovedRow`] as the pool reads it.
+fn moved_row(row: &sea_orm::QueryResult) -> Result<MovedRow, DbErr> {
     Ok((
         row.try_get("", "partner_id")?,
         row.try_get("", "mode")?,
@@ -487,7 +528,7 @@ fn moved_row(row: &sea_orm::QueryResult) -> Result<(String, String, i64, i64), D
 type Moved = HashMap<(String, Mode), (i64, i64)>;
 
 /// The debit's answer by float.
-fn moved_floats(rows: Vec<(String, String, i64, i64)>) -> Result<Moved, DbErr> {
+fn moved_floats(rows: Vec<MovedRow>) -> Result<Moved, DbErr> {
     rows.into_iter()
         .map(|(partner_id, mode, balance, next_seq)| {
             let mode = Mode::parse(&mode)
