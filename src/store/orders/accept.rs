@@ -482,31 +482,31 @@ const DEBIT_ONE_FLOAT: &str = "UPDATE \"floats\" SET \"balance_cents\" = \"balan
      RETURNING \"partner_id\", \"mode\", \"balance_cents\", \"next_seq\"";
 
 /// [`debit_statement`]'s debit on the inline writer's connection (SQLite):
-/// one cached statement per float, in key order, its values bound, where
-/// the shared statement has SQLite read four fields a float out of JSON
-/// (with many partners, a float or more an order). The same answer: the
-/// floats moved, a float whose guard fired missing from it.
+/// one cached statement, prepared and its time written once, run per float
+/// in key order with its values bound, where the shared statement has
+/// SQLite read four fields a float out of JSON (with many partners, a float
+/// or more an order). The same answer: the floats moved, a float whose
+/// guard fired missing from it.
 fn debit_inline(
     connection: &rusqlite::Connection,
     debits: &[Debit],
     now: DateTime<Utc>,
 ) -> Result<Vec<MovedRow>, InlineFailed<Turned>> {
+    let mut debit = connection
+        .prepare_cached(DEBIT_ONE_FLOAT)
+        .map_err(inline_write::unavailable)?;
+    let at = bulk::timestamp(&now);
     let mut moved = Vec::with_capacity(debits.len());
-    for debit in in_key_order(debits) {
-        let one = Statement::from_sql_and_values(
-            DbBackend::Sqlite,
-            DEBIT_ONE_FLOAT,
-            [
-                debit.total.into(),
-                debit.count.into(),
-                now.into(),
-                debit.partner_id.as_str().into(),
-                debit.mode.as_str().into(),
-            ],
-        );
-        moved.extend(inline_write::query(connection, &one, |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-        })?);
+    for one in in_key_order(debits) {
+        let values = rusqlite::params![one.total, one.count, at, one.partner_id, one.mode.as_str()];
+        let rows = debit
+            .query_map(values, |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })
+            .map_err(inline_write::unavailable)?;
+        for row in rows {
+            moved.push(row.map_err(inline_write::unavailable)?);
+        }
     }
     Ok(moved)
 }
