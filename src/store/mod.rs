@@ -15,7 +15,11 @@
 //! The bundled SQLite is built with the query planner
 //! stability guarantee (`SQLITE_ENABLE_QPSG`, set in `.cargo/config.toml`):
 //! without it a statement whose `LIMIT` is a bound value (every `.one()`) is
-//! parsed again each time its values are bound. Every transaction that reads
+//! parsed again each time its values are bound. It is also built without
+//! two locks the bundled build takes for the whole process: one page cache
+//! shared by every connection behind one mutex (each connection keeps its
+//! own) and allocation statistics behind another (not read here). Every
+//! transaction that reads
 //! and then writes starts `IMMEDIATE` ([`begin_write`]) so two writers never
 //! deadlock on a lock upgrade and SQLite never answers `SQLITE_BUSY`
 //! mid-transaction. The pool does not ping a SQLite connection each time it
@@ -713,6 +717,11 @@ pub(super) mod tests {
         // a statement with a bound LIMIT is not parsed again at every use.
         let qpsg = scalar("SELECT sqlite_compileoption_used('ENABLE_QPSG')".into()).await;
         assert_eq!(qpsg, "1");
+        // And without the two process-wide locks of the bundled build: one
+        // shared page cache for every connection, allocation statistics.
+        let used = |option: &str| scalar(format!("SELECT sqlite_compileoption_used('{option}')"));
+        assert_eq!(used("ENABLE_MEMORY_MANAGEMENT").await, "0");
+        assert_eq!(used("DEFAULT_MEMSTATUS=0").await, "1");
         assert_eq!(
             pragma("wal_autocheckpoint").await,
             SQLITE_CHECKPOINT_PAGES.to_string()
