@@ -21,6 +21,13 @@ const CHUNK: u128 = 62u128.pow(CHUNK_DIGITS as u32);
 /// written with 64-bit ones, instead of 22 128-bit divisions (a software
 /// routine on x86-64).
 pub fn base62_fixed(value: u128) -> String {
+    let mut text = String::with_capacity(WIDTH);
+    push_base62(&mut text, value);
+    text
+}
+
+/// Appends [`base62_fixed`]'s digits of `value` to `text`.
+fn push_base62(text: &mut String, value: u128) {
     let mut digits = [b'0'; WIDTH];
     // Two digits, then ten, then the last ten.
     let (upper, last) = digits.split_at_mut(WIDTH - CHUNK_DIGITS);
@@ -32,7 +39,7 @@ pub fn base62_fixed(value: u128) -> String {
     write_chunk(middle, (rest % CHUNK) as u64);
     write_chunk(high, (rest / CHUNK) as u64);
     // Every byte comes from the BASE62 alphabet, which is ASCII.
-    digits.iter().map(|&b| b as char).collect()
+    text.extend(digits.iter().map(|&b| char::from(b)));
 }
 
 /// Writes `value` in base62 into `slots`, most significant digit first
@@ -47,6 +54,15 @@ fn write_chunk(slots: &mut [u8], mut value: u64) {
 /// A fresh time-ordered suffix for an id.
 pub fn new_suffix() -> String {
     base62_fixed(uuid::Uuid::now_v7().as_u128())
+}
+
+/// `prefix` and a fresh suffix in one allocation: several ids are made for
+/// every order, and `format!` cost more than the suffix itself.
+fn with_new_suffix(prefix: &str) -> String {
+    let mut id = String::with_capacity(prefix.len() + WIDTH);
+    id.push_str(prefix);
+    push_base62(&mut id, uuid::Uuid::now_v7().as_u128());
+    id
 }
 
 /// Why a string is not an id of the expected kind.
@@ -89,7 +105,7 @@ macro_rules! prefixed_id {
 
             /// Mints a new time-ordered id.
             pub fn generate() -> Self {
-                Self(format!("{}{}", $prefix, new_suffix()))
+                Self(with_new_suffix($prefix))
             }
 
             /// Accepts a caller-supplied id after checking its kind and shape.
@@ -151,7 +167,7 @@ prefixed_id!(
 
 /// A request id, echoed in `X-Request-Id` and `error.request_id`.
 pub fn new_request_id() -> String {
-    format!("req_{}", new_suffix())
+    with_new_suffix("req_")
 }
 
 #[cfg(test)]
@@ -187,6 +203,16 @@ mod tests {
             proptest::prop_assert_eq!(base62_fixed(a), base62_by_digit(a));
             proptest::prop_assert_eq!(a.cmp(&b), base62_fixed(a).cmp(&base62_fixed(b)));
         }
+    }
+
+    #[test]
+    fn a_new_id_is_its_prefix_and_a_fixed_width_suffix() {
+        let id = with_new_suffix("ord_");
+        let suffix = id.strip_prefix("ord_").unwrap();
+        assert_eq!(suffix.len(), WIDTH);
+        assert!(suffix.bytes().all(|b| BASE62.contains(&b)));
+        assert!(new_request_id().starts_with("req_"));
+        assert_eq!(new_request_id().len(), 4 + WIDTH);
     }
 
     #[test]

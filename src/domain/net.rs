@@ -26,6 +26,26 @@ impl Source {
             Source::Known(ip) | Source::Unknown { peer: ip } => ip,
         }
     }
+
+    /// The name of the failed-authentication window of this source,
+    /// `auth:<address>` as `Display` writes the address (nodes share the
+    /// window by this name). Every authenticated request reads it, so an
+    /// IPv4 address is written octet by octet rather than through
+    /// `format!`, which cost 2.5% of a `GET /balance`.
+    pub fn budget_bucket(&self) -> String {
+        let IpAddr::V4(ip) = self.budget_key() else {
+            return format!("auth:{}", self.budget_key());
+        };
+        let mut name = String::with_capacity("auth:".len() + 15);
+        name.push_str("auth:");
+        for (i, octet) in ip.octets().into_iter().enumerate() {
+            if i > 0 {
+                name.push('.');
+            }
+            name.push_str(itoa::Buffer::new().format(octet));
+        }
+        name
+    }
 }
 
 /// Resolves the source from the peer and the `X-Forwarded-For` values in the
@@ -102,6 +122,18 @@ mod tests {
 
     fn known(ip: &str) -> Source {
         Source::Known(ip.parse().unwrap())
+    }
+
+    proptest::proptest! {
+        /// The window's name is the one `format!` wrote, so nodes of
+        /// either build count failures in the same window.
+        #[test]
+        fn the_budget_window_is_named_as_formatted(octets in proptest::prelude::any::<[u8; 4]>(), segments in proptest::prelude::any::<[u16; 8]>()) {
+            for ip in [IpAddr::from(octets), IpAddr::from(segments)] {
+                proptest::prop_assert_eq!(Source::Known(ip).budget_bucket(), format!("auth:{ip}"));
+                proptest::prop_assert_eq!(Source::Unknown { peer: ip }.budget_bucket(), format!("auth:{ip}"));
+            }
+        }
     }
 
     #[test]

@@ -76,7 +76,7 @@ pub async fn authenticate(
 ) -> Response {
     let app = &layer.app;
     let source = resolve_source(app, peer, request.headers());
-    let budget_bucket = format!("auth:{}", source.budget_key());
+    let budget_bucket = source.budget_bucket();
     if app.limiter.used(&budget_bucket, app.failed_auth).await >= u64::from(app.failed_auth.limit) {
         crate::metrics::rate_limited("failed_auth");
         return ApiError::new(ErrorCode::RateLimitExceeded)

@@ -24,7 +24,7 @@
 
 use std::{borrow::Borrow, fmt::Write as _};
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use sea_orm::{
     ColumnTrait, ColumnType, ConnectionTrait, DbBackend, DbErr, EntityTrait, IdenStatic, Iterable,
     ModelTrait, Statement, Value, sea_query::SimpleExpr,
@@ -455,7 +455,7 @@ pub(crate) fn plain(value: Value) -> Result<Plain, DbErr> {
 /// as many fraction digits as needed), so stored values keep comparing as
 /// text; PostgreSQL parses the same text.
 pub(crate) fn timestamp(t: &DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::AutoSi, false)
+    crate::domain::time::rfc3339(t)
 }
 
 /// A raw statement written with PostgreSQL's `$1, $2, …` placeholders, each

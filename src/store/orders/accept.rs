@@ -85,7 +85,13 @@ pub(crate) fn unit_row(
 
 /// The id of an order's `n`-th unit (also the supplier transaction id).
 pub fn unit_id(order_id: &str, n: i32) -> String {
-    format!("{order_id}_{n}")
+    let mut digits = itoa::Buffer::new();
+    let n = digits.format(n);
+    let mut id = String::with_capacity(order_id.len() + 1 + n.len());
+    id.push_str(order_id);
+    id.push('_');
+    id.push_str(n);
+    id
 }
 
 /// The order and the index a unit's id names ([`unit_id`] read back; only
@@ -378,14 +384,21 @@ fn purchase_rows(
                 kind: LedgerKind::Purchase,
                 amount_cents: -new.order.total_cents,
                 balance_after_cents: balance,
-                description: format!("{} × {}", new.order.quantity, new.order.plan_id),
+                description: purchase_description(new.order.quantity, &new.order.plan_id),
                 order_id: Some(new.order.id.clone()),
                 deposit_id: None,
-                movement_key: Some(format!("{}:purchase", new.order.id)),
+                movement_key: Some([new.order.id.as_str(), ":purchase"].concat()),
                 created_at: now,
             }
         })
         .collect()
+}
+
+/// A purchase's ledger description, `<quantity> × <plan>` (written without
+/// `format!`: one for every live order).
+fn purchase_description(quantity: i32, plan_id: &str) -> String {
+    let mut digits = itoa::Buffer::new();
+    [digits.format(quantity), " × ", plan_id].concat()
 }
 
 /// The key bindings of a batch: its orders', then its binding refusals'.
@@ -558,6 +571,16 @@ mod tests {
             "7",
         ] {
             assert_eq!(unit_of_id(not_a_unit), None, "{not_a_unit}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The ids and ledger texts written without `format!` are the ones
+        /// it wrote (stored rows and other nodes' ids stay comparable).
+        #[test]
+        fn unit_ids_and_purchase_texts_are_as_formatted(n in proptest::prelude::any::<i32>(), order in "ord_[0-9A-Za-z]{1,22}", plan in "[a-z0-9-]{1,40}") {
+            proptest::prop_assert_eq!(unit_id(&order, n), format!("{order}_{n}"));
+            proptest::prop_assert_eq!(purchase_description(n, &plan), format!("{n} × {plan}"));
         }
     }
 
