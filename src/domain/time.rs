@@ -12,8 +12,8 @@ pub(crate) fn now() -> DateTime<Utc> {
 /// (none, 3, 6 or 9): exactly chrono's
 /// `to_rfc3339_opts(SecondsFormat::AutoSi, false)`, the text the SQLite
 /// driver stores, so stored values keep comparing as text. Written digit by
-/// digit rather than through the formatting machinery, which cost five
-/// times as much, for the several instants every order's rows carry. Years
+/// digit rather than through the formatting machinery, which cost nearly
+/// twice as much, for the several instants every order's rows carry. Years
 /// outside 0..=9999 and leap seconds are left to chrono.
 pub(crate) fn rfc3339(t: &DateTime<Utc>) -> String {
     let nanos = t.nanosecond();

@@ -19,8 +19,8 @@
 //! two locks the bundled build takes for the whole process: one page cache
 //! shared by every connection behind one mutex (each connection keeps its
 //! own) and allocation statistics behind another (not read here). Every
-//! transaction that reads
-//! and then writes starts `IMMEDIATE` ([`begin_write`]) so two writers never
+//! transaction that reads and then writes starts `IMMEDIATE`
+//! ([`begin_write`]) so two writers never
 //! deadlock on a lock upgrade and SQLite never answers `SQLITE_BUSY`
 //! mid-transaction. The pool does not ping a SQLite connection each time it
 //! hands it out (a local file is never dropped by a server or a proxy; the
