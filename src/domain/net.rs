@@ -33,8 +33,9 @@ impl Source {
     /// IPv4 address is written octet by octet rather than through
     /// `format!`, which cost 3.6% of a `GET /balance`.
     pub fn budget_bucket(&self) -> String {
-        let IpAddr::V4(ip) = self.budget_key() else {
-            return format!("auth:{}", self.budget_key());
+        let ip = match self.budget_key() {
+            IpAddr::V4(ip) => ip,
+            v6 => return format!("auth:{v6}"),
         };
         let mut name = String::with_capacity("auth:".len() + 15);
         name.push_str("auth:");

@@ -715,11 +715,10 @@ pub(super) mod tests {
         assert_eq!(pragma("temp_store").await, "2", "MEMORY");
         // Built with the planner stability guarantee (.cargo/config.toml):
         // a statement with a bound LIMIT is not parsed again at every use.
-        let qpsg = scalar("SELECT sqlite_compileoption_used('ENABLE_QPSG')".into()).await;
-        assert_eq!(qpsg, "1");
+        let used = |option: &str| scalar(format!("SELECT sqlite_compileoption_used('{option}')"));
+        assert_eq!(used("ENABLE_QPSG").await, "1");
         // And without the two process-wide locks of the bundled build: one
         // shared page cache for every connection, allocation statistics.
-        let used = |option: &str| scalar(format!("SELECT sqlite_compileoption_used('{option}')"));
         assert_eq!(used("ENABLE_MEMORY_MANAGEMENT").await, "0");
         assert_eq!(used("DEFAULT_MEMSTATUS=0").await, "1");
         assert_eq!(

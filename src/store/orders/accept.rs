@@ -85,13 +85,7 @@ pub(crate) fn unit_row(
 
 /// The id of an order's `n`-th unit (also the supplier transaction id).
 pub fn unit_id(order_id: &str, n: i32) -> String {
-    let mut digits = itoa::Buffer::new();
-    let n = digits.format(n);
-    let mut id = String::with_capacity(order_id.len() + 1 + n.len());
-    id.push_str(order_id);
-    id.push('_');
-    id.push_str(n);
-    id
+    [order_id, "_", itoa::Buffer::new().format(n)].concat()
 }
 
 /// The order and the index a unit's id names ([`unit_id`] read back; only
@@ -397,8 +391,7 @@ fn purchase_rows(
 /// A purchase's ledger description, `<quantity> × <plan>` (written without
 /// `format!`: one for every live order).
 fn purchase_description(quantity: i32, plan_id: &str) -> String {
-    let mut digits = itoa::Buffer::new();
-    [digits.format(quantity), " × ", plan_id].concat()
+    [itoa::Buffer::new().format(quantity), " × ", plan_id].concat()
 }
 
 /// The key bindings of a batch: its orders', then its binding refusals'.
