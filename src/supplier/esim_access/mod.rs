@@ -147,8 +147,8 @@ impl EsimAccessClient {
         body: Value,
     ) -> Result<Result<Obj, (String, String)>, SupplierError> {
         self.gate.admit().await;
-        let text = self.post(path, body).await?;
-        let answer = envelope(&text)
+        let answer = self.post(path, body).await?;
+        let answer = envelope(&answer)
             .ok_or_else(|| SupplierError::Transient(format!("{path}: not an answer")))?;
         if let Err((code, _)) = &answer
             && code == BUSY
@@ -158,8 +158,10 @@ impl EsimAccessClient {
         Ok(answer)
     }
 
-    /// Sends one signed request and returns the text of its answer.
-    async fn post(&self, path: &str, body: Value) -> Result<String, SupplierError> {
+    /// Sends one signed request and returns its answer's bytes, read as JSON
+    /// by [`envelope`] (which checks as UTF-8 only the text it keeps, where
+    /// `text()` first copied the whole answer through a lossy decoding).
+    async fn post(&self, path: &str, body: Value) -> Result<impl AsRef<[u8]>, SupplierError> {
         let body = body.to_string();
         let timestamp = crate::limits::unix_now_millis().to_string();
         let request_id = uuid::Uuid::new_v4().simple().to_string();
@@ -189,14 +191,14 @@ impl EsimAccessClient {
                 "{path}: HTTP 429, too many requests"
             )));
         }
-        let text = response
-            .text()
+        let answer = response
+            .bytes()
             .await
             .map_err(|e| SupplierError::Transient(format!("{path}: reading: {e}")))?;
         if !status.is_success() {
             return Err(SupplierError::Transient(format!("{path}: HTTP {status}")));
         }
-        Ok(text)
+        Ok(answer)
     }
 }
 

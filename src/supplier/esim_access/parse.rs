@@ -45,13 +45,24 @@ impl Obj {
 
 /// `obj` of a successful answer, or the error (code, message) it carries;
 /// `None` when `answer` is not JSON of the envelope's shape (asked again,
-/// like any unreadable answer).
-pub fn envelope(answer: &str) -> Option<Result<Obj, (String, String)>> {
-    let answer: Envelope = serde_json::from_str(answer).ok()?;
+/// like any unreadable answer). Read from bytes: the fields kept and `obj`
+/// are checked as UTF-8, the fields skipped only scanned. An answer that is
+/// not UTF-8 where it is checked is read as text with the bad bytes
+/// replaced, as it always was, so it reads the same either way.
+pub fn envelope(answer: impl AsRef<[u8]>) -> Option<Result<Obj, (String, String)>> {
+    let answer = answer.as_ref();
+    let answer: Envelope = serde_json::from_slice(answer)
+        .or_else(|_| serde_json::from_str(&String::from_utf8_lossy(answer)))
+        .ok()?;
+    Some(opened(answer))
+}
+
+/// What an envelope carries: `obj` when `success` says so, else the error.
+fn opened(answer: Envelope) -> Result<Obj, (String, String)> {
     // The documentation's own examples spell `success` both as `true` and
     // as `"true"`.
     if answer.success == Value::Bool(true) || answer.success == "true" {
-        return Some(Ok(Obj(answer.obj)));
+        return Ok(Obj(answer.obj));
     }
     let code = match answer.error_code {
         Value::String(code) => code,
@@ -59,7 +70,7 @@ pub fn envelope(answer: &str) -> Option<Result<Obj, (String, String)>> {
         _ => "unknown".to_owned(),
     };
     let message = answer.error_msg.as_str().unwrap_or("").to_owned();
-    Some(Err((code, message)))
+    Err((code, message))
 }
 
 /// The order number of an order answer's `obj`.
@@ -165,13 +176,13 @@ mod tests {
 
     /// The `obj` of a recorded successful answer.
     fn obj_of(name: &str) -> Obj {
-        envelope(&fixture(name))
+        envelope(fixture(name))
             .unwrap_or_else(|| panic!("{name}: not an envelope"))
             .unwrap_or_else(|error| panic!("{name}: {error:?}"))
     }
 
     fn code_of(name: &str) -> String {
-        envelope(&fixture(name))
+        envelope(fixture(name))
             .unwrap_or_else(|| panic!("{name}: not an envelope"))
             .expect_err(name)
             .0
@@ -252,7 +263,7 @@ mod tests {
     #[test]
     fn numeric_error_codes_read_like_strings() {
         let answer = json!({ "success": false, "errorCode": 900001, "errorMsg": "busy" });
-        let (code, message) = envelope(&answer.to_string()).unwrap().unwrap_err();
+        let (code, message) = envelope(answer.to_string()).unwrap().unwrap_err();
         assert_eq!((code.as_str(), message.as_str()), ("900001", "busy"));
     }
 
@@ -288,7 +299,7 @@ mod tests {
                 "pager": { "pageNum": 1, "pageSize": 100, "total": 5 }
             }
         });
-        let obj = envelope(&answer.to_string()).unwrap().unwrap();
+        let obj = envelope(answer.to_string()).unwrap().unwrap();
         let (profiles, total) = read_profiles(&obj).unwrap();
         let kept: Vec<(&str, Option<&str>)> = profiles
             .iter()
@@ -329,5 +340,43 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert_eq!(code, "unknown");
+    }
+
+    /// How an answer was read before: `reqwest`'s `text()` (its bytes as
+    /// UTF-8, any bad byte replaced), then parsed as text.
+    fn envelope_of_text(answer: &[u8]) -> Option<Result<Obj, (String, String)>> {
+        serde_json::from_str(&String::from_utf8_lossy(answer))
+            .ok()
+            .map(opened)
+    }
+
+    proptest::proptest! {
+        /// Read from bytes, an answer reads as it did through `text()`:
+        /// the same `obj`, the same code and message, the same refusal of
+        /// what is not an envelope, bad UTF-8 anywhere included.
+        #[test]
+        fn answers_read_from_bytes_as_from_text(
+            success in proptest::sample::select(vec!["true", "\"true\"", "false", "1"]),
+            pieces in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::sample::select(vec![b'a', b'7', b' ', b'"', b'\\', 0xc3, 0xa9, 0xff, 0x80]),
+                    0..6,
+                ),
+                4,
+            ),
+        ) {
+            let mut answer = format!("{{\"success\":{success},\"errorCode\":\"").into_bytes();
+            answer.extend(&pieces[0]);
+            answer.extend(b"\",\"errorMsg\":\"");
+            answer.extend(&pieces[1]);
+            answer.extend(b"\",\"skipped\":\"");
+            answer.extend(&pieces[2]);
+            answer.extend(b"\",\"obj\":{\"orderNo\":\"");
+            answer.extend(&pieces[3]);
+            answer.extend(b"\"}}");
+            let read = format!("{:?}", envelope(&answer).map(|r| r.map(|obj| obj.value())));
+            let old = format!("{:?}", envelope_of_text(&answer).map(|r| r.map(|obj| obj.value())));
+            proptest::prop_assert_eq!(read, old);
+        }
     }
 }
