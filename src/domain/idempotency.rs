@@ -2,8 +2,8 @@
 //! body in canonical JSON (object keys sorted at every depth, no insignificant
 //! whitespace). Key order does not matter; any change of value does.
 
+use serde::Serialize;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// Shortest and longest Idempotency-Key, after trimming.
 pub const MIN_KEY_LEN: usize = 16;
@@ -11,39 +11,50 @@ pub const MAX_KEY_LEN: usize = 255;
 
 /// Lowercase hex fingerprint of a request body.
 pub fn fingerprint(body: &Value) -> String {
-    let mut canonical = String::new();
+    let mut canonical = Vec::with_capacity(128);
     write_canonical(body, &mut canonical);
-    hex::encode(Sha256::digest(canonical.as_bytes()))
+    super::digest::sha256_hex(&canonical)
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// `value` in canonical JSON: objects' keys in byte order at every depth,
+/// every key and scalar in the compact text `serde_json` writes for it.
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
+            // A map's keys are distinct, so an unstable sort orders them
+            // as a stable one would.
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(&map[key], out);
+                write_compact(key, out);
+                out.push(b':');
+                write_canonical(item, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => write_compact(scalar, out),
     }
+}
+
+/// `value`'s compact JSON text (what its `Display` writes), written into
+/// `out` without the formatting machinery. Writing into a `Vec` cannot
+/// fail, and a string or a JSON scalar always serializes.
+fn write_compact(value: &(impl Serialize + ?Sized), out: &mut Vec<u8>) {
+    let _ = serde_json::to_writer(out, value);
 }
 
 #[cfg(test)]
@@ -85,7 +96,73 @@ mod tests {
         Value::Object(rotated.into_iter().map(|(k, v)| (k, json!(v))).collect())
     }
 
+    /// The canonical text as it was first written (each key and scalar
+    /// through `Value`'s `Display`): the fingerprints stored with the keys
+    /// already bound were made from it.
+    fn canonical_by_display(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, key) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push(':');
+                    canonical_by_display(&map[key], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    canonical_by_display(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+
+    /// Any JSON value: every kind of scalar (strings with quotes,
+    /// backslashes, control characters and any Unicode), nested.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let scalar = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<u64>().prop_map(|n| json!(n)),
+            any::<f64>().prop_map(|x| json!(x)),
+            any::<String>().prop_map(Value::String),
+            "[\"\\\\\u{0}-\u{1f}a-z]{0,6}".prop_map(Value::String),
+        ];
+        scalar.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::vec((any::<String>(), inner), 0..6)
+                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+            ]
+        })
+    }
+
     proptest! {
+        /// Written without the formatting machinery, the canonical text is
+        /// byte for byte what it was, so every fingerprint already stored
+        /// still matches its retry.
+        #[test]
+        fn the_canonical_text_is_the_one_display_wrote(value in any_json()) {
+            let mut canonical = Vec::new();
+            write_canonical(&value, &mut canonical);
+            let mut by_display = String::new();
+            canonical_by_display(&value, &mut by_display);
+            prop_assert_eq!(String::from_utf8(canonical).unwrap(), by_display);
+        }
+
         #[test]
         fn the_same_fields_in_any_order_give_the_same_fingerprint(
             entries in proptest::collection::btree_map("[a-z]{1,8}", any::<i64>(), 0..8),

@@ -10,6 +10,7 @@ pub mod api_key;
 pub mod audit;
 pub mod cursor;
 pub(crate) mod deposit;
+pub(crate) mod digest;
 pub mod esim;
 pub mod idempotency;
 pub mod ids;
