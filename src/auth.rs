@@ -9,10 +9,11 @@
 //! time to live, `auth.key_cache_seconds`, bounds how long a change waits.
 
 use std::{
-    collections::HashMap,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
+
+use foldhash::{HashMap, HashMapExt};
 
 use entities::{api_key, partner};
 use ipnet::IpNet;
@@ -43,7 +44,9 @@ pub struct KeyRecord {
     pub buckets: KeyBuckets,
 }
 
-/// Cached key lookups by secret digest.
+/// Cached key lookups by secret digest. The map hashes with foldhash, not
+/// SipHash: only the digests of keys found in the database are kept, so no
+/// caller chooses what it holds.
 pub struct KeyDirectory {
     db: Db,
     ttl: Duration,

@@ -156,7 +156,12 @@ impl MemoryCounters {
             end: start + u64::from(window_seconds.max(1)),
             count: 0,
         };
-        let slot = windows.entry(bucket.to_owned()).or_insert(fresh);
+        // Looked up by `&str` first: a bucket's name is copied only when it
+        // is new, not on every request it counts.
+        let slot = match windows.get_mut(bucket) {
+            Some(slot) => slot,
+            None => windows.entry(bucket.to_owned()).or_insert(fresh),
+        };
         if slot.start != start {
             *slot = fresh;
         }

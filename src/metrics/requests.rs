@@ -5,13 +5,16 @@
 //! and every request lands in one of them, so their handles are registered
 //! once and kept: a request then costs two atomic updates, where recording
 //! through the macros built four label strings and looked the key up in the
-//! recorder's registry twice, on every request.
+//! recorder's registry twice, on every request. Their maps hash with
+//! foldhash rather than the standard library's SipHash: every key is one of
+//! the service's own names, never a caller's text.
 
 use std::{
-    collections::HashMap,
     sync::{LazyLock, Mutex},
     time::Duration,
 };
+
+use foldhash::HashMap;
 
 use metrics::{Counter, Histogram, counter, histogram};
 

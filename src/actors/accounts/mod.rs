@@ -71,7 +71,10 @@ struct Directory {
     provisioning: Option<ProvisioningHandle>,
     /// What the supplier can take, shared by every account actor.
     admission: Option<Arc<super::admission::Admission>>,
-    entries: Mutex<HashMap<String, Entry>>,
+    /// The running account actors by partner id, looked up by every order
+    /// and balance request: hashed with foldhash rather than SipHash, as the
+    /// ids are the service's own (a key's partner), never a caller's text.
+    entries: Mutex<foldhash::HashMap<String, Entry>>,
     /// The partner of every running account actor, by actor id. Kept apart
     /// from `entries` (which a caller may clear when an actor stops answering)
     /// so the supervisor can always name the partner of a failed actor.
@@ -129,7 +132,7 @@ impl Accounts {
             db,
             provisioning,
             admission,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::default(),
             owners: Mutex::new(HashMap::new()),
             restarts: Mutex::new(HashMap::new()),
             starting: Mutex::new(HashMap::new()),
