@@ -510,9 +510,8 @@ async fn deal(
     };
     let mut outcomes = Vec::with_capacity(units.len());
     for unit in units {
-        // Every carrier of the supplier order, in dealing order.
-        let seat = delivered.carriers.iter().position(|c| *c == unit.id);
-        match seat.and_then(|seat| delivered.profiles.get(seat)) {
+        let seat = delivered.seats.get(&unit.id);
+        match seat.and_then(|&seat| delivered.profiles.get(seat)) {
             Some(profile) => outcomes.push(store_profile(args, order, &unit, profile).await),
             None => {
                 tracing::warn!(unit_id = %unit.id, transaction_id = %txn, supplier = %delivered.supplier, "the supplier delivered fewer profiles than units");

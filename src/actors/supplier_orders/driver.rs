@@ -177,7 +177,11 @@ async fn delivered(
         Ok(carriers) => Outcome::Profiles(Arc::new(Delivered {
             supplier: row.supplier.clone(),
             profiles,
-            carriers,
+            seats: carriers
+                .into_iter()
+                .enumerate()
+                .map(|(seat, id)| (id, seat))
+                .collect(),
         })),
         Err(err) => Outcome::Later(format!("reading the units of {}: {err}", row.id)),
     }

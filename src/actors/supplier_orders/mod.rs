@@ -108,8 +108,12 @@ pub struct Delivered {
     /// The profiles, sorted by ICCID (fewer than the units only if the
     /// deadline passed first).
     pub profiles: Vec<Profile>,
-    /// The ids of the units it carries, sorted: the n-th gets the n-th profile.
-    pub carriers: Vec<String>,
+    /// The units it carries, each with its seat: its place among their ids
+    /// sorted, and the n-th seat gets the n-th profile. A map, so that each
+    /// of a delivery's orders finds its units' seats without reading the
+    /// whole list (which made dealing a large supplier order quadratic);
+    /// hashed with foldhash, as the ids are the service's own.
+    pub seats: foldhash::HashMap<String, usize>,
 }
 
 /// A request to carry some units.
