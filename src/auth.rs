@@ -13,9 +13,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use foldhash::{HashMap, HashMapExt};
-
 use entities::{api_key, partner};
+use foldhash::{HashMap, HashMapExt};
 use ipnet::IpNet;
 use sea_orm::DbErr;
 

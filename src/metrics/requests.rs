@@ -15,7 +15,6 @@ use std::{
 };
 
 use foldhash::HashMap;
-
 use metrics::{Counter, Histogram, counter, histogram};
 
 use super::{HTTP_REQUEST_DURATION, HTTP_REQUESTS, is_installed};
