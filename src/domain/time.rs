@@ -1,4 +1,5 @@
-//! The service's clock reading, and the text its instants are stored as.
+//! The service's clock reading, the text its instants are stored as, and
+//! the text the API writes them in.
 
 use chrono::{DateTime, Datelike, SecondsFormat, SubsecRound, Timelike, Utc};
 
@@ -16,10 +17,23 @@ pub(crate) fn now() -> DateTime<Utc> {
 /// twice as much, for the several instants every order's rows carry. Years
 /// outside 0..=9999 and leap seconds are left to chrono.
 pub(crate) fn rfc3339(t: &DateTime<Utc>) -> String {
+    written(t, false)
+}
+
+/// `t` as [`rfc3339`] writes it but with `Z` for the offset: exactly
+/// chrono's `to_rfc3339_opts(SecondsFormat::AutoSi, true)`, which is what
+/// chrono's serde writes for a `DateTime<Utc>`, the form of every instant
+/// the API answers with.
+pub(crate) fn rfc3339_z(t: &DateTime<Utc>) -> String {
+    written(t, true)
+}
+
+/// [`rfc3339`] (`+00:00`) or [`rfc3339_z`] (`Z`).
+fn written(t: &DateTime<Utc>, use_z: bool) -> String {
     let nanos = t.nanosecond();
     let year = match u32::try_from(t.year()) {
         Ok(year) if year <= 9999 && nanos < 1_000_000_000 => year,
-        _ => return t.to_rfc3339_opts(SecondsFormat::AutoSi, false),
+        _ => return t.to_rfc3339_opts(SecondsFormat::AutoSi, use_z),
     };
     let (fraction, width) = match nanos {
         0 => (0, 0),
@@ -43,7 +57,7 @@ pub(crate) fn rfc3339(t: &DateTime<Utc>) -> String {
         text.push('.');
         push_digits(&mut text, fraction, width);
     }
-    text.push_str("+00:00");
+    text.push_str(if use_z { "Z" } else { "+00:00" });
     text
 }
 
@@ -93,6 +107,12 @@ mod tests {
             .unwrap()
             .and_utc();
         assert_eq!(rfc3339(&leap), chrono_text(&leap));
+        for t in [far, before, leap] {
+            assert_eq!(
+                rfc3339_z(&t),
+                t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+            );
+        }
     }
 
     proptest! {
@@ -108,6 +128,7 @@ mod tests {
         ) {
             let t = DateTime::from_timestamp(seconds, nanos).unwrap();
             prop_assert_eq!(rfc3339(&t), chrono_text(&t));
+            prop_assert_eq!(rfc3339_z(&t), t.to_rfc3339_opts(SecondsFormat::AutoSi, true));
         }
     }
 }

@@ -34,6 +34,7 @@ pub struct EsimView {
     pub activation_code: String,
     pub smdp_address: String,
     pub matching_id: String,
+    #[serde(serialize_with = "super::instants::z")]
     pub created_at: DateTime<Utc>,
 }
 

@@ -9,6 +9,7 @@ pub mod error;
 pub mod esims;
 pub mod extract;
 pub(crate) mod health;
+pub(crate) mod instants;
 pub(crate) mod me;
 pub mod openapi;
 pub mod orders;

@@ -74,7 +74,9 @@ pub struct OrderView {
     pub esims: Vec<EsimView>,
     pub failure_code: Option<FailureCode>,
     pub poll_after_ms: Option<u64>,
+    #[serde(serialize_with = "super::instants::z")]
     pub created_at: DateTime<Utc>,
+    #[serde(serialize_with = "super::instants::optional_z")]
     pub completed_at: Option<DateTime<Utc>>,
 }
 
