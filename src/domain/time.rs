@@ -69,9 +69,26 @@ fn push_digits(text: &mut String, value: u32, width: u32) {
     }
 }
 
+/// Strategies for the property tests of instants' texts.
+#[cfg(test)]
+pub(crate) mod strategies {
+    use proptest::prelude::*;
+
+    /// Nanoseconds of every fraction width an instant's text can carry
+    /// (none, 3, 6 or 9 digits).
+    pub(crate) fn any_nanos() -> impl Strategy<Value = u32> {
+        prop_oneof![
+            Just(0u32),
+            (0u32..1_000).prop_map(|ms| ms * 1_000_000),
+            (0u32..1_000_000).prop_map(|us| us * 1_000),
+            0u32..1_000_000_000,
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{strategies::any_nanos, *};
     use chrono::TimeZone;
     use proptest::prelude::*;
 
@@ -119,12 +136,7 @@ mod tests {
         #[test]
         fn any_instant_is_written_as_chrono_writes_it(
             seconds in -62_167_219_200i64..253_402_300_800i64,
-            nanos in prop_oneof![
-                Just(0u32),
-                (0u32..1_000).prop_map(|ms| ms * 1_000_000),
-                (0u32..1_000_000).prop_map(|us| us * 1_000),
-                0u32..1_000_000_000,
-            ],
+            nanos in any_nanos(),
         ) {
             let t = DateTime::from_timestamp(seconds, nanos).unwrap();
             prop_assert_eq!(rfc3339(&t), chrono_text(&t));
