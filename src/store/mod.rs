@@ -12,17 +12,16 @@
 //! checkpoint. Under the order path's steady writes the WAL still starts
 //! over after each ([`checkpoint`]), so it stays near the mark. Statement
 //! journals (a multi-row statement's undo) stay in memory (`temp_store`).
-//! The bundled SQLite is built with the query planner
-//! stability guarantee (`SQLITE_ENABLE_QPSG`, set in `.cargo/config.toml`):
-//! without it a statement whose `LIMIT` is a bound value (every `.one()`) is
-//! parsed again each time its values are bound. It is also built without
-//! two locks the bundled build takes for the whole process: one page cache
-//! shared by every connection behind one mutex (each connection keeps its
-//! own) and allocation statistics behind another (not read here). Every
-//! transaction that reads and then writes starts `IMMEDIATE`
-//! ([`begin_write`]) so two writers never
-//! deadlock on a lock upgrade and SQLite never answers `SQLITE_BUSY`
-//! mid-transaction. The pool does not ping a SQLite connection each time it
+//! The bundled SQLite is built with the query planner stability guarantee
+//! (`SQLITE_ENABLE_QPSG`, set in `.cargo/config.toml`): without it a
+//! statement whose `LIMIT` is a bound value (every `.one()`) is parsed again
+//! each time its values are bound. It is also built without two locks the
+//! bundled build takes for the whole process: one page cache shared by
+//! every connection behind one mutex (each connection keeps its own) and
+//! allocation statistics behind another (not read here). Every transaction
+//! that reads and then writes starts `IMMEDIATE` ([`begin_write`]) so two
+//! writers never deadlock on a lock upgrade and SQLite never answers
+//! `SQLITE_BUSY` mid-transaction. The pool does not ping a SQLite connection each time it
 //! hands it out (a local file is never dropped by a server or a proxy; the
 //! ping was one more hand-off per statement). The hottest point reads
 //! (`GET /balance`, `GET /orders/{id}`) skip the pool: [`inline`] runs them
