@@ -2,6 +2,7 @@
 //! answer. They never touch SQL (that is `store/`) and never decide money
 //! (that is the account actors).
 
+pub(crate) mod accepted;
 pub mod auth;
 pub mod deposits;
 pub(crate) mod envelope;

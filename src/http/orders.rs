@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
+    accepted,
     auth::Caller,
     error::{ApiError, ErrorCode, Violations},
     esims::EsimView,
@@ -51,7 +52,7 @@ pub const IDEMPOTENCY_REPLAYED: &str = "idempotency-replayed";
 /// Largest metadata object, serialized.
 pub const MAX_METADATA_BYTES: usize = 4096;
 /// How soon to poll an order that is still processing.
-const POLL_AFTER_MS: u64 = 1000;
+pub(crate) const POLL_AFTER_MS: u64 = 1000;
 
 /// The Order resource.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -361,11 +362,15 @@ async fn decide(
     {
         Decision::Accepted(order) => {
             let location = format!("/partner/v1/orders/{}", order.id);
-            // Its provisioning pass usually holds the order still: the body
-            // then copies it, the one copy an accepted order costs.
+            // Written from the shared order: its provisioning pass usually
+            // holds it still, and the body needs no copy of it.
             let mut response = (
                 StatusCode::ACCEPTED,
-                Json(OrderView::new(Arc::unwrap_or_clone(order), Vec::new())),
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                accepted::body(&order),
             )
                 .into_response();
             if let Ok(value) = HeaderValue::from_str(&location) {
