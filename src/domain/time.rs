@@ -28,10 +28,14 @@ pub(crate) fn rfc3339_z(t: &DateTime<Utc>) -> String {
     written(t, true)
 }
 
-/// [`rfc3339`] (`+00:00`) or [`rfc3339_z`] (`Z`).
+/// [`rfc3339`] (`+00:00`) or [`rfc3339_z`] (`Z`). The text is laid out in
+/// a buffer on the stack, digits put in place, and copied into its string
+/// once; the date and time are read once from the instant's UTC reading
+/// (each of `DateTime`'s own accessors works that reading out again).
 fn written(t: &DateTime<Utc>, use_z: bool) -> String {
-    let nanos = t.nanosecond();
-    let year = match u32::try_from(t.year()) {
+    let at = t.naive_utc();
+    let nanos = at.nanosecond();
+    let year = match u32::try_from(at.year()) {
         Ok(year) if year <= 9999 && nanos < 1_000_000_000 => year,
         _ => return t.to_rfc3339_opts(SecondsFormat::AutoSi, use_z),
     };
@@ -41,31 +45,36 @@ fn written(t: &DateTime<Utc>, use_z: bool) -> String {
         n if n % 1_000 == 0 => (n / 1_000, 6),
         n => (n, 9),
     };
-    let mut text = String::with_capacity(35);
-    push_digits(&mut text, year, 4);
-    text.push('-');
-    push_digits(&mut text, t.month(), 2);
-    text.push('-');
-    push_digits(&mut text, t.day(), 2);
-    text.push('T');
-    push_digits(&mut text, t.hour(), 2);
-    text.push(':');
-    push_digits(&mut text, t.minute(), 2);
-    text.push(':');
-    push_digits(&mut text, t.second(), 2);
+    // The longest text: 19 for the date and time, 10 for a point and nine
+    // digits, 6 for `+00:00`. Every index below is within it.
+    let mut text = *b"0000-00-00T00:00:00.000000000+00:00";
+    put_digits(&mut text[0..4], year);
+    put_digits(&mut text[5..7], at.month());
+    put_digits(&mut text[8..10], at.day());
+    put_digits(&mut text[11..13], at.hour());
+    put_digits(&mut text[14..16], at.minute());
+    put_digits(&mut text[17..19], at.second());
+    let mut len = 19;
     if width > 0 {
-        text.push('.');
-        push_digits(&mut text, fraction, width);
+        put_digits(&mut text[20..20 + width], fraction);
+        len += 1 + width;
     }
-    text.push_str(if use_z { "Z" } else { "+00:00" });
-    text
+    let offset: &[u8] = if use_z { b"Z" } else { b"+00:00" };
+    text[len..len + offset.len()].copy_from_slice(offset);
+    len += offset.len();
+    match std::str::from_utf8(&text[..len]) {
+        Ok(written) => written.to_owned(),
+        // Digits and separators are ASCII: never taken.
+        Err(_) => t.to_rfc3339_opts(SecondsFormat::AutoSi, use_z),
+    }
 }
 
-/// The last `width` decimal digits of `value`, zero-padded.
-fn push_digits(text: &mut String, value: u32, width: u32) {
-    for place in (0..width).rev() {
-        let digit = (value / 10u32.pow(place)) % 10;
-        text.push(char::from_digit(digit, 10).unwrap_or('0'));
+/// The last `digits.len()` decimal digits of `value`, zero-padded, in place.
+fn put_digits(digits: &mut [u8], mut value: u32) {
+    for digit in digits.iter_mut().rev() {
+        // A remainder of ten is below ten: the cast keeps it whole.
+        *digit = b'0' + (value % 10) as u8;
+        value /= 10;
     }
 }
 
