@@ -1,13 +1,17 @@
-//! The `202 Accepted` body of a new order, written straight from the order
-//! the account actor accepted: exactly the bytes serde writes for its
-//! [`OrderView`](super::orders::OrderView) with no eSIMs yet, without
+//! The `202 Accepted` answer to a new order, its body written straight from
+//! the order the account actor accepted: exactly the bytes serde writes for
+//! its [`OrderView`](super::orders::OrderView) with no eSIMs yet, without
 //! copying the order into a view first and without serde escaping each of
 //! the view's eighteen keys at run time (the keys and the fixed words are
-//! written as they are, the partner's strings and metadata through
+//! written as they are, the order's strings and metadata through
 //! `serde_json`). Every accepted order pays for this body; its copy and the
 //! derived serializer were about 3% of an order's instructions. A property
 //! test holds the bytes equal to serde's over any order.
 
+use axum::{
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
 use entities::order;
 
 use super::orders::POLL_AFTER_MS;
@@ -15,6 +19,23 @@ use crate::domain::{order::OrderStatus, pricing::discount_from_prices, time};
 
 /// The body's usual length, so that it is written without growing.
 const USUAL_LEN: usize = 512;
+
+/// The answer to a new order: `202 Accepted`, its body, and where to poll
+/// the order (`Location`).
+pub(crate) fn response(order: &order::Model) -> Response {
+    let json = HeaderValue::from_static("application/json");
+    let mut response = (
+        StatusCode::ACCEPTED,
+        [(header::CONTENT_TYPE, json)],
+        body(order),
+    )
+        .into_response();
+    let location = format!("/partner/v1/orders/{}", order.id);
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
+}
 
 /// The JSON of `order` as its view with no eSIMs, byte for byte.
 pub(crate) fn body(order: &order::Model) -> Vec<u8> {
@@ -144,6 +165,20 @@ mod tests {
         assert_eq!(read["poll_after_ms"], 1000);
         assert_eq!(read["discount_bps"], 1000);
         assert_eq!(read["created_at"], "2025-11-24T16:00:00.123Z");
+    }
+
+    #[tokio::test]
+    async fn the_answer_is_202_json_with_where_to_poll() {
+        let accepted = accepted_order("fr_1gb_7d", json!({}));
+        let answer = response(&accepted);
+        assert_eq!(answer.status(), StatusCode::ACCEPTED);
+        let headers = answer.headers();
+        assert_eq!(headers[header::CONTENT_TYPE], "application/json");
+        assert_eq!(headers[header::LOCATION], "/partner/v1/orders/po_fr_1gb_7d");
+        let bytes = axum::body::to_bytes(answer.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(bytes, by_serde(&accepted));
     }
 
     /// Any JSON value a partner may send as metadata.

@@ -360,24 +360,9 @@ async fn decide(
         .place_order(caller.partner_id(), request)
         .await?
     {
-        Decision::Accepted(order) => {
-            let location = format!("/partner/v1/orders/{}", order.id);
-            // Written from the shared order: its provisioning pass usually
-            // holds it still, and the body needs no copy of it.
-            let mut response = (
-                StatusCode::ACCEPTED,
-                [(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                )],
-                accepted::body(&order),
-            )
-                .into_response();
-            if let Ok(value) = HeaderValue::from_str(&location) {
-                response.headers_mut().insert(header::LOCATION, value);
-            }
-            Ok(response)
-        }
+        // Written from the shared order: its provisioning pass usually
+        // holds it still, and the answer needs no copy of it.
+        Decision::Accepted(order) => Ok(accepted::response(&order)),
         Decision::Replayed(order) => {
             // Boxed: a replay is rare, and its read would otherwise make
             // every order request's future larger (and copied as large).
