@@ -17,6 +17,47 @@ pub(crate) fn settled_status(
     }
 }
 
+/// Order rows for tests, as the account actor makes them.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use chrono::Utc;
+    use entities::order;
+
+    use super::OrderStatus;
+    use crate::domain::partner::Mode;
+
+    /// A sandbox order just accepted: one unit of `pl_x` at `total_cents`,
+    /// priced by the gold tier, with no metadata, created now.
+    pub(crate) fn accepted(
+        id: &str,
+        partner_id: &str,
+        key: &str,
+        total_cents: i64,
+    ) -> order::Model {
+        order::Model {
+            id: id.into(),
+            partner_id: partner_id.into(),
+            mode: Mode::Sandbox,
+            idempotency_key: key.into(),
+            plan_id: "pl_x".into(),
+            quantity: 1,
+            unit_price_cents: total_cents,
+            total_cents,
+            list_unit_cents: total_cents,
+            price_source: "tier:gold".into(),
+            metadata: serde_json::json!({}),
+            status: OrderStatus::Processing,
+            failure_code: None,
+            refunded_cents: 0,
+            attempts: 0,
+            claimed_until: None,
+            claimed_by: None,
+            created_at: Utc::now(),
+            completed_at: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -118,7 +118,11 @@ mod tests {
 
     use super::*;
     use crate::{
-        domain::{order::FailureCode, partner::Mode, time::strategies::any_nanos},
+        domain::{
+            order::{FailureCode, fixtures},
+            partner::Mode,
+            time::strategies::any_nanos,
+        },
         http::orders::OrderView,
     };
 
@@ -128,27 +132,16 @@ mod tests {
     }
 
     fn accepted_order(text: &str, metadata: Value) -> order::Model {
-        let at = DateTime::from_timestamp(1_764_000_000, 123_000_000).unwrap();
         order::Model {
-            id: format!("po_{text}"),
-            partner_id: "pa_1".into(),
             mode: Mode::Live,
-            idempotency_key: "k".into(),
             plan_id: format!("pl_{text}"),
             quantity: 3,
             unit_price_cents: 450,
-            total_cents: 1350,
             list_unit_cents: 500,
             price_source: format!("tier:{text}"),
             metadata,
-            status: OrderStatus::Processing,
-            failure_code: None,
-            refunded_cents: 0,
-            attempts: 0,
-            claimed_until: None,
-            claimed_by: None,
-            created_at: at,
-            completed_at: None,
+            created_at: DateTime::from_timestamp(1_764_000_000, 123_000_000).unwrap(),
+            ..fixtures::accepted(&format!("po_{text}"), "pa_1", "k", 1350)
         }
     }
 

@@ -607,25 +607,16 @@ mod tests {
 
     fn batch_of(partner_id: &str, key: &str, total_cents: i64) -> PartnerBatch {
         let order = order::Model {
-            id: format!("ord_{key}"),
-            partner_id: partner_id.into(),
-            mode: Mode::Sandbox,
-            idempotency_key: key.into(),
-            plan_id: "pl_x".into(),
             quantity: 2,
             unit_price_cents: total_cents / 2,
-            total_cents,
             list_unit_cents: total_cents / 2,
-            price_source: "tier:gold".into(),
             metadata: serde_json::json!({"ref": "r'1", "n": [1, null]}),
-            status: OrderStatus::Processing,
-            failure_code: None,
-            refunded_cents: 0,
-            attempts: 0,
-            claimed_until: None,
-            claimed_by: None,
-            created_at: Utc::now(),
-            completed_at: None,
+            ..crate::domain::order::fixtures::accepted(
+                &format!("ord_{key}"),
+                partner_id,
+                key,
+                total_cents,
+            )
         };
         PartnerBatch {
             partner_id: partner_id.into(),

@@ -450,12 +450,9 @@ mod tests {
     use chrono::Utc;
     use ractor::rpc::CallResult;
     use sea_orm::ConnectionTrait;
-    use serde_json::json;
 
     use super::*;
-    use crate::{
-        config::DatabaseSettings, domain::states::OrderStatus, store::partners::gold_partner,
-    };
+    use crate::{config::DatabaseSettings, store::partners::gold_partner};
 
     async fn database() -> (tempfile::TempDir, Db, String) {
         let dir = tempfile::tempdir().unwrap();
@@ -476,27 +473,12 @@ mod tests {
             key: key.into(),
             mode: Mode::Sandbox,
             fingerprint: key.into(),
-            ask: Ok(Arc::new(order::Model {
-                id: crate::domain::ids::OrderId::generate().into_string(),
-                partner_id: partner_id.into(),
-                mode: Mode::Sandbox,
-                idempotency_key: key.into(),
-                plan_id: "pl_x".into(),
-                quantity: 1,
-                unit_price_cents: total,
-                total_cents: total,
-                list_unit_cents: total,
-                price_source: "tier:gold".into(),
-                metadata: json!({}),
-                status: OrderStatus::Processing,
-                failure_code: None,
-                refunded_cents: 0,
-                attempts: 0,
-                claimed_until: None,
-                claimed_by: None,
-                created_at: Utc::now(),
-                completed_at: None,
-            })),
+            ask: Ok(Arc::new(crate::domain::order::fixtures::accepted(
+                &crate::domain::ids::OrderId::generate().into_string(),
+                partner_id,
+                key,
+                total,
+            ))),
             always_insufficient: false,
         }
     }
