@@ -38,7 +38,7 @@ pub(crate) fn response(order: &order::Model) -> Response {
 }
 
 /// The JSON of `order` as its view with no eSIMs, byte for byte.
-pub(crate) fn body(order: &order::Model) -> Vec<u8> {
+fn body(order: &order::Model) -> Vec<u8> {
     let mut out = Vec::with_capacity(USUAL_LEN);
     out.extend_from_slice(br#"{"object":"order","id":"#);
     string(&mut out, &order.id);
