@@ -3,7 +3,10 @@
 -- secret, or KEYS_FILE: a file of live keys' secrets, one per line, taken in
 -- turn (many partners); PLAN_ID: the plan (default pl_fr_1gb_7d);
 -- KEY_STYLE=random: keys as the generated clients make them (a random UUID
--- after a prefix) instead of counting up. Prints one JSON line.
+-- after a prefix) instead of counting up. PARTNER_ORDER=random: each request
+-- from a partner drawn at random from KEYS_FILE instead of in turn (in turn,
+-- neighbours in the file, made one after another and so neighbours in every
+-- index ordered by partner, share commits). Prints one JSON line.
 local threads = {}
 local run = os.getenv("RUN") or tostring(os.time())
 
@@ -26,13 +29,16 @@ function init(args)
   wrk.headers["Authorization"] = "Bearer " .. (os.getenv("API_KEY") or "")
   wrk.headers["Content-Type"] = "application/json"
   random_keys = os.getenv("KEY_STYLE") == "random"
+  random_partners = os.getenv("PARTNER_ORDER") == "random"
   math.randomseed(os.time() * 1000 + tid)
   wrk.body = '{"plan_id":"' .. (os.getenv("PLAN_ID") or "pl_fr_1gb_7d") .. '","quantity":1}'
 end
 
 function request()
   counter = counter + 1
-  if #keys > 0 then
+  if #keys > 0 and random_partners then
+    wrk.headers["Authorization"] = "Bearer " .. keys[math.random(#keys)]
+  elseif #keys > 0 then
     -- Each thread starts at its own place in the list, so that the threads
     -- do not march through the partners in step.
     wrk.headers["Authorization"] = "Bearer " .. keys[((counter + tid * 7919) % #keys) + 1]
