@@ -14,8 +14,8 @@ use axum::{
 };
 use entities::order;
 
-use super::orders::POLL_AFTER_MS;
-use crate::domain::{order::OrderStatus, pricing::discount_from_prices, time};
+use super::orders::poll_after_ms;
+use crate::domain::{pricing::discount_from_prices, time};
 
 /// The body's usual length, so that it is written without growing.
 const USUAL_LEN: usize = 512;
@@ -42,11 +42,11 @@ fn body(order: &order::Model) -> Vec<u8> {
     let mut out = Vec::with_capacity(USUAL_LEN);
     out.extend_from_slice(br#"{"object":"order","id":"#);
     string(&mut out, &order.id);
-    out.extend_from_slice(br#","mode":""#);
-    out.extend_from_slice(order.mode.as_str().as_bytes());
-    out.extend_from_slice(br#"","status":""#);
-    out.extend_from_slice(order.status.as_str().as_bytes());
-    out.extend_from_slice(br#"","plan_id":"#);
+    out.extend_from_slice(br#","mode":"#);
+    word(&mut out, order.mode.as_str());
+    out.extend_from_slice(br#","status":"#);
+    word(&mut out, order.status.as_str());
+    out.extend_from_slice(br#","plan_id":"#);
     string(&mut out, &order.plan_id);
     out.extend_from_slice(br#","quantity":"#);
     integer(&mut out, order.quantity);
@@ -75,10 +75,9 @@ fn body(order: &order::Model) -> Vec<u8> {
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(br#","poll_after_ms":"#);
-    if order.status == OrderStatus::Processing {
-        integer(&mut out, POLL_AFTER_MS);
-    } else {
-        out.extend_from_slice(b"null");
+    match poll_after_ms(order.status) {
+        Some(ms) => integer(&mut out, ms),
+        None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(br#","created_at":"#);
     word(&mut out, &time::rfc3339_z(&order.created_at));
@@ -119,7 +118,7 @@ mod tests {
     use super::*;
     use crate::{
         domain::{
-            order::{FailureCode, fixtures},
+            order::{FailureCode, OrderStatus, fixtures},
             partner::Mode,
             time::strategies::any_nanos,
         },

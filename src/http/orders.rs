@@ -52,7 +52,7 @@ pub const IDEMPOTENCY_REPLAYED: &str = "idempotency-replayed";
 /// Largest metadata object, serialized.
 pub const MAX_METADATA_BYTES: usize = 4096;
 /// How soon to poll an order that is still processing.
-pub(crate) const POLL_AFTER_MS: u64 = 1000;
+const POLL_AFTER_MS: u64 = 1000;
 
 /// The Order resource.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -83,7 +83,6 @@ pub struct OrderView {
 
 impl OrderView {
     pub fn new(order: order::Model, esims: Vec<esim::Model>) -> Self {
-        let processing = order.status == OrderStatus::Processing;
         Self {
             object: "order",
             discount_bps: discount_from_prices(order.list_unit_cents, order.unit_price_cents),
@@ -101,11 +100,16 @@ impl OrderView {
             metadata: order.metadata,
             esims: esims.into_iter().map(EsimView::new).collect(),
             failure_code: order.failure_code,
-            poll_after_ms: processing.then_some(POLL_AFTER_MS),
+            poll_after_ms: poll_after_ms(order.status),
             created_at: order.created_at,
             completed_at: order.completed_at,
         }
     }
+}
+
+/// How soon to poll an order in `status`: only one still processing.
+pub(crate) fn poll_after_ms(status: OrderStatus) -> Option<u64> {
+    (status == OrderStatus::Processing).then_some(POLL_AFTER_MS)
 }
 
 // Values are checked by hand rather than by serde so that every problem is

@@ -71,7 +71,7 @@ pub(crate) fn insert_new_statement<E: EntityTrait>(
     models: &[impl Borrow<E::Model>],
     unique: &[E::Column],
 ) -> Result<Option<Statement>, DbErr> {
-    let columns = quoted::<E>(unique).join(", ");
+    let columns = names(unique.iter().copied());
     insert_on_conflict::<E>(
         backend,
         models,
@@ -96,10 +96,10 @@ pub(crate) fn upsert_statement<E: EntityTrait>(
 
 /// The `ON CONFLICT` clause of [`upsert_statement`] and [`row_upsert_sql`].
 fn upsert_clause<E: EntityTrait>(key: &[E::Column], set: &[E::Column], guard: &str) -> String {
-    let key = quoted::<E>(key).join(", ");
-    let set = quoted::<E>(set)
+    let key = names(key.iter().copied());
+    let set = set
         .iter()
-        .map(|c| format!("{c} = excluded.{c}"))
+        .map(|c| format!("\"{0}\" = excluded.\"{0}\"", c.as_str()))
         .collect::<Vec<_>>()
         .join(", ");
     format!("ON CONFLICT ({key}) DO UPDATE SET {set} WHERE {guard}")
@@ -129,12 +129,11 @@ fn insert_on_conflict<E: EntityTrait>(
     )))
 }
 
-/// Each column's name in double quotes.
-fn quoted<E: EntityTrait>(columns: &[E::Column]) -> Vec<String> {
-    columns
-        .iter()
-        .map(|c| format!("\"{}\"", c.as_str()))
-        .collect()
+/// Column names in double quotes, separated by commas.
+fn names(columns: impl Iterator<Item = impl ColumnTrait>) -> String {
+    let mut text = String::new();
+    push_names(&mut text, columns);
+    text
 }
 
 /// The insert of one row of `E`, a `?` per column in the order
@@ -170,8 +169,7 @@ pub(crate) fn row_insert_sql<E: EntityTrait>(skip_taken: &[E::Column]) -> String
     sql
 }
 
-/// Column names in double quotes, separated by commas, as [`quoted`] and
-/// `join(", ")` write them.
+/// [`names`], pushed onto `sql`.
 fn push_names(sql: &mut String, columns: impl Iterator<Item = impl ColumnTrait>) {
     for (at, column) in columns.enumerate() {
         if at > 0 {
@@ -528,12 +526,19 @@ mod tests {
     /// [`row_insert_sql`] as it was written with `format!`: the text its
     /// statements were prepared from.
     fn row_insert_sql_formatted<E: EntityTrait>(skip_taken: &[E::Column]) -> String {
+        let quoted = |columns: Vec<E::Column>| {
+            let quoted: Vec<String> = columns
+                .iter()
+                .map(|c| format!("\"{}\"", c.as_str()))
+                .collect();
+            quoted.join(", ")
+        };
         let table = E::default().table_name().to_owned();
-        let names = quoted::<E>(&E::Column::iter().collect::<Vec<_>>()).join(", ");
+        let names = quoted(E::Column::iter().collect());
         let marks = vec!["?"; E::Column::iter().count()].join(", ");
         let mut sql = format!("INSERT INTO \"{table}\" ({names}) VALUES ({marks})");
         if !skip_taken.is_empty() {
-            let taken = quoted::<E>(skip_taken).join(", ");
+            let taken = quoted(skip_taken.to_vec());
             sql.push_str(&format!(" ON CONFLICT ({taken}) DO NOTHING"));
         }
         sql

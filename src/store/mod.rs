@@ -21,16 +21,16 @@
 //! allocation statistics behind another (not read here). Every transaction
 //! that reads and then writes starts `IMMEDIATE` ([`begin_write`]) so two
 //! writers never deadlock on a lock upgrade and SQLite never answers
-//! `SQLITE_BUSY` mid-transaction. The pool does not ping a SQLite connection each time it
-//! hands it out (a local file is never dropped by a server or a proxy; the
-//! ping was one more hand-off per statement). The hottest point reads
-//! (`GET /balance`, `GET /orders/{id}`) skip the pool: [`inline`] runs them
-//! on the caller's thread over connections of its own, and the order path's
-//! three writers (the shared commit, supplier orders written down,
-//! deliveries) run their writes the same way, those queued together in one
-//! transaction with one commit ([`inline_write`]). Where there is no inline
-//! reader (PostgreSQL), the balance reads asked at the same moment are
-//! gathered into one query per round ([`gathered`]).
+//! `SQLITE_BUSY` mid-transaction. The pool does not ping a SQLite
+//! connection each time it hands it out (a local file is never dropped by a
+//! server or a proxy; the ping was one more hand-off per statement). The
+//! hottest point reads (`GET /balance`, `GET /orders/{id}`) skip the pool:
+//! [`inline`] runs them on the caller's thread over connections of its own,
+//! and the order path's three writers (the shared commit, supplier orders
+//! written down, deliveries) run their writes the same way, those queued
+//! together in one transaction with one commit ([`inline_write`]). Where
+//! there is no inline reader (PostgreSQL), the balance reads asked at the
+//! same moment are gathered into one query per round ([`gathered`]).
 
 /// WAL pages between automatic checkpoints (about 40 MiB of 4 KiB pages).
 pub const SQLITE_CHECKPOINT_PAGES: u32 = 10_000;
