@@ -14,6 +14,7 @@ mod m20261125_000007_nodes;
 mod m20261125_000008_review_amounts;
 mod m20261125_000009_suppliers;
 mod m20261126_000010_operators;
+mod m20261204_000011_open_orders;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -32,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000008_review_amounts::Migration),
             Box::new(m20261125_000009_suppliers::Migration),
             Box::new(m20261126_000010_operators::Migration),
+            Box::new(m20261204_000011_open_orders::Migration),
         ]
     }
 }

@@ -2,7 +2,7 @@
 //! release, orders stranded by a dead node, and the live backlog.
 
 use super::*;
-use sea_orm::{DbBackend, UpdateMany};
+use sea_orm::{DbBackend, Select, UpdateMany};
 
 /// Claims an order for provisioning by `node` until `until`: it succeeds
 /// when nobody holds the order, the holder's claim has lapsed, the holder
@@ -149,17 +149,27 @@ pub async fn stranded<C: ConnectionTrait>(
     alive_since: DateTime<Utc>,
     limit: u64,
 ) -> Result<Vec<String>, DbErr> {
+    stranded_select(older_than, now, alive_since, limit)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
+/// The ids [`stranded`] reads.
+fn stranded_select(
+    older_than: DateTime<Utc>,
+    now: DateTime<Utc>,
+    alive_since: DateTime<Utc>,
+    limit: u64,
+) -> Select<order::Entity> {
     order::Entity::find()
         .select_only()
         .column(order::Column::Id)
-        .filter(order::Column::Status.eq(OrderStatus::Processing))
+        .filter(status_is(OrderStatus::Processing))
         .filter(order::Column::CreatedAt.lt(older_than))
         .filter(claim_is_free(now, alive_since))
         .order_by_asc(order::Column::CreatedAt)
         .limit(limit)
-        .into_tuple()
-        .all(db)
-        .await
 }
 
 /// An order's claim is free: never taken, lapsed, or its holder is not
@@ -174,15 +184,17 @@ fn claim_is_free(now: DateTime<Utc>, alive_since: DateTime<Utc>) -> Condition {
 /// Orders still `processing` that `node` holds: at start, what an earlier
 /// incarnation of the node was working on, taken back at once.
 pub async fn held_by<C: ConnectionTrait>(db: &C, node: &str) -> Result<Vec<String>, DbErr> {
+    held_by_select(node).into_tuple().all(db).await
+}
+
+/// The ids [`held_by`] reads.
+fn held_by_select(node: &str) -> Select<order::Entity> {
     order::Entity::find()
         .select_only()
         .column(order::Column::Id)
-        .filter(order::Column::Status.eq(OrderStatus::Processing))
+        .filter(status_is(OrderStatus::Processing))
         .filter(order::Column::ClaimedBy.eq(node))
         .order_by_asc(order::Column::CreatedAt)
-        .into_tuple()
-        .all(db)
-        .await
 }
 
 /// Live units of orders still processing, per partner: the backlog the
@@ -203,20 +215,22 @@ async fn live_units_by<C: ConnectionTrait>(
     db: &C,
     column: order::Column,
 ) -> Result<HashMap<String, u64>, DbErr> {
-    let rows: Vec<(String, Option<i64>)> = order::Entity::find()
-        .select_only()
-        .column(column)
-        .column_as(Expr::col(order::Column::Quantity).sum(), "units")
-        .filter(order::Column::Status.eq(OrderStatus::Processing))
-        .filter(order::Column::Mode.eq(Mode::Live))
-        .group_by(column)
-        .into_tuple()
-        .all(db)
-        .await?;
+    let rows: Vec<(String, Option<i64>)> = live_units_select(column).into_tuple().all(db).await?;
     Ok(rows
         .into_iter()
         .map(|(partner, units)| (partner, u64::try_from(units.unwrap_or(0)).unwrap_or(0)))
         .collect())
+}
+
+/// The sums [`live_units_by`] reads.
+fn live_units_select(column: order::Column) -> Select<order::Entity> {
+    order::Entity::find()
+        .select_only()
+        .column(column)
+        .column_as(Expr::col(order::Column::Quantity).sum(), "units")
+        .filter(status_is(OrderStatus::Processing))
+        .filter(order::Column::Mode.eq(Mode::Live))
+        .group_by(column)
 }
 
 #[cfg(test)]
@@ -237,5 +251,60 @@ mod tests {
             "idx_orders_status",
         )
         .await;
+    }
+
+    /// Everything that looks for orders by status (those stranded, those a
+    /// node held, the live backlog, those needing attention) reads the
+    /// status index, which holds
+    /// only the open orders: settled ones leave it.
+    #[tokio::test]
+    async fn open_orders_are_found_through_the_status_index() {
+        let now = Utc::now();
+        for select in [
+            stranded_select(now, now, now, 100),
+            held_by_select("node-a"),
+            live_units_select(order::Column::PartnerId),
+            live_units_select(order::Column::PlanId),
+            order::Entity::find().filter(needs_attention(now)),
+        ] {
+            assert_planned_through(
+                select.build(DbBackend::Sqlite),
+                "orders USING INDEX idx_orders_status (status=?",
+                "SCAN orders",
+            )
+            .await;
+        }
+    }
+
+    /// The status index keeps only the orders still looked for by status:
+    /// a settled order leaves it, on both databases.
+    #[tokio::test]
+    async fn the_status_index_holds_only_open_orders() {
+        let (_dir, db) = crate::store::tests::sqlite_file_db("status.db", 1).await;
+        crate::store::migrate(&db).await.unwrap();
+        let sql = "SELECT sql FROM sqlite_master WHERE name = 'idx_orders_status'";
+        assert_open_orders_only(&db, DbBackend::Sqlite, sql).await;
+        crate::store::tests::on_own_postgres("esim_status", |db| async move {
+            crate::store::migrate(&db).await.unwrap();
+            let sql = "SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_orders_status'";
+            assert_open_orders_only(&db, DbBackend::Postgres, sql).await;
+        })
+        .await;
+    }
+
+    async fn assert_open_orders_only(db: &Db, backend: DbBackend, sql: &str) {
+        let row = db
+            .query_one_raw(sea_orm::Statement::from_string(backend, sql))
+            .await
+            .unwrap()
+            .expect("the index exists");
+        let definition: String = row.try_get_by_index(0).unwrap();
+        let condition = definition.split_once("WHERE").map(|(_, c)| c).unwrap_or("");
+        for open in ["'processing'", "'failed'"] {
+            assert!(condition.contains(open), "{definition}");
+        }
+        for settled in ["'completed'", "'partially_completed'"] {
+            assert!(!definition.contains(settled), "{definition}");
+        }
     }
 }
