@@ -255,8 +255,7 @@ mod tests {
 
     /// Everything that looks for orders by status (those stranded, those a
     /// node held, the live backlog, those needing attention) reads the
-    /// status index, which holds
-    /// only the open orders: settled ones leave it.
+    /// status index, which holds only the open orders.
     #[tokio::test]
     async fn open_orders_are_found_through_the_status_index() {
         let now = Utc::now();
@@ -276,8 +275,8 @@ mod tests {
         }
     }
 
-    /// The status index keeps only the orders still looked for by status:
-    /// a settled order leaves it, on both databases.
+    /// The status index's condition admits the open statuses and no settled
+    /// one, on both databases: a settled order leaves the index.
     #[tokio::test]
     async fn the_status_index_holds_only_open_orders() {
         let (_dir, db) = crate::store::tests::sqlite_file_db("status.db", 1).await;
