@@ -10,12 +10,12 @@ use entities::esim;
 
 use crate::{
     domain::time,
-    store::{self, Db, inline_write::InlineWriter},
+    store::{self, Db, inline_write::InlineWriter, orders::Delivery},
 };
 
-/// One profile waiting for the delivery writer.
-type Delivery = (
-    esim::Model,
+/// One profile waiting for the delivery writer, with its order's quantity.
+type Queued = (
+    Delivery,
     tokio::sync::oneshot::Sender<Result<bool, sea_orm::DbErr>>,
 );
 
@@ -28,13 +28,13 @@ const DELIVERY_BATCH: usize = 256;
 /// writer one fsync per unit.
 #[derive(Clone)]
 pub(crate) struct DeliveryWriter {
-    queue: tokio::sync::mpsc::Sender<Delivery>,
+    queue: tokio::sync::mpsc::Sender<Queued>,
 }
 
 impl DeliveryWriter {
     /// Starts the writer task; it ends when every handle is dropped.
     pub(crate) fn start(db: Db) -> Self {
-        let (queue, mut incoming) = tokio::sync::mpsc::channel::<Delivery>(4096);
+        let (queue, mut incoming) = tokio::sync::mpsc::channel::<Queued>(4096);
         tokio::spawn(async move {
             let writer = Writer {
                 inline: super::inline_writer(&db, "deliveries"),
@@ -49,12 +49,17 @@ impl DeliveryWriter {
         Self { queue }
     }
 
-    /// Stores one profile (and settles its order if that was its last unit).
-    /// `Ok(false)`: the unit was already settled, nothing written.
-    pub(crate) async fn deliver(&self, profile: esim::Model) -> Result<bool, sea_orm::DbErr> {
+    /// Stores one profile of an order of `quantity` units (and settles the
+    /// order if that was its last unit). `Ok(false)`: the unit was already
+    /// settled, nothing written.
+    pub(crate) async fn deliver(
+        &self,
+        profile: esim::Model,
+        quantity: i32,
+    ) -> Result<bool, sea_orm::DbErr> {
         let (answer, answered) = tokio::sync::oneshot::channel();
         self.queue
-            .send((profile, answer))
+            .send((Delivery { profile, quantity }, answer))
             .await
             .map_err(|_| sea_orm::DbErr::Custom("the delivery writer stopped".into()))?;
         answered
@@ -72,8 +77,8 @@ struct Writer {
     inline: Option<InlineWriter>,
 }
 
-async fn write_deliveries(writer: &Writer, batch: Vec<Delivery>) {
-    let (profiles, answers): (Vec<esim::Model>, Vec<_>) = batch.into_iter().unzip();
+async fn write_deliveries(writer: &Writer, batch: Vec<Queued>) {
+    let (profiles, answers): (Vec<Delivery>, Vec<_>) = batch.into_iter().unzip();
     // Shared, not copied: the write may run on whichever writer takes the turn.
     let profiles = Arc::new(profiles);
     match store_deliveries(writer, &profiles).await {
@@ -104,7 +109,7 @@ async fn write_deliveries(writer: &Writer, batch: Vec<Delivery>) {
 /// on a SQLite file, else (or if that failed) through the pool.
 async fn store_deliveries(
     writer: &Writer,
-    profiles: &Arc<Vec<esim::Model>>,
+    profiles: &Arc<Vec<Delivery>>,
 ) -> Result<Vec<bool>, sea_orm::DbErr> {
     let now = time::now();
     let shared = Arc::clone(profiles);

@@ -551,7 +551,7 @@ async fn store_profile(
         created_at: now,
         esim_tran_no: profile.esim_tran_no.clone(),
     };
-    match args.writer.deliver(row).await {
+    match args.writer.deliver(row, order.quantity).await {
         Ok(_) => UnitOutcome::Delivered,
         Err(err) => {
             tracing::warn!(unit_id = %unit.id, error = %err, "storing the profile failed; will retry");

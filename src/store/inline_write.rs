@@ -595,7 +595,7 @@ mod tests {
         states::{EsimStatus, OrderStatus, SupplierOrderStatus, UnitStatus},
     };
     use crate::store::orders::{
-        NewOrder, PartnerBatch, Turned, accept_batches_inline, deliver_and_settle_inline,
+        Delivery, NewOrder, PartnerBatch, Turned, accept_batches_inline, deliver_and_settle_inline,
     };
 
     async fn funded_partner(name: &str) -> (tempfile::TempDir, Db, String) {
@@ -1013,10 +1013,17 @@ mod tests {
             .unwrap();
         let deliver = |profiles: Vec<esim::Model>| {
             let writer = &writer;
+            let deliveries: Vec<Delivery> = profiles
+                .into_iter()
+                .map(|profile| Delivery {
+                    profile,
+                    quantity: order.quantity,
+                })
+                .collect();
             async move {
                 writer
                     .transaction(move |c| {
-                        deliver_and_settle_inline::<Infallible>(c, &profiles, Utc::now())
+                        deliver_and_settle_inline::<Infallible>(c, &deliveries, Utc::now())
                     })
                     .await
                     .unwrap()
@@ -1060,6 +1067,87 @@ mod tests {
         );
         let (stored, settled) = deliver(vec![profile(&order, 2)]).await;
         assert_eq!((stored, settled), (vec![false], vec![]), "settled once");
+    }
+
+    /// An order whose every unit one delivery settles completes in it (no
+    /// count of its units needed); an order that delivery leaves a unit
+    /// pending of stays processing, and completes with its last unit.
+    #[tokio::test]
+    async fn a_delivery_completes_the_orders_it_delivers_whole_and_only_those() {
+        let (_dir, db, partner_id) = funded_partner("inline-whole.db").await;
+        let whole = accepted(&db, &partner_id, "w1").await;
+        let split = accepted(&db, &partner_id, "w2").await;
+        assert_eq!((whole.quantity, split.quantity), (2, 2));
+        let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
+        let units: Vec<String> = [&whole, &split]
+            .iter()
+            .flat_map(|o| (1..=2).map(|n| crate::store::orders::unit_id(&o.id, n)))
+            .collect();
+        writer
+            .transaction(move |c| {
+                crate::store::supplier_orders::open_inline(c, &supplier_row("W1", 4), &units)
+            })
+            .await
+            .unwrap();
+        let deliver = |profiles: Vec<esim::Model>| {
+            let writer = &writer;
+            let deliveries: Vec<Delivery> = profiles
+                .into_iter()
+                .map(|profile| Delivery {
+                    profile,
+                    quantity: 2,
+                })
+                .collect();
+            async move {
+                writer
+                    .transaction(move |c| {
+                        deliver_and_settle_inline::<Infallible>(c, &deliveries, Utc::now())
+                    })
+                    .await
+                    .unwrap()
+            }
+        };
+        // `profile` names ICCIDs by the order id's length, the same for both.
+        let numbered = |order: &order::Model, n: i32, tag: &str| {
+            let mut profile = profile(order, n);
+            profile.iccid.push_str(tag);
+            profile
+        };
+        let status = |id: String| {
+            let db = &db;
+            async move {
+                order::Entity::find_by_id(id)
+                    .one(db)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .status
+            }
+        };
+
+        let (stored, settled) = deliver(vec![
+            numbered(&whole, 2, "1"),
+            numbered(&split, 1, "2"),
+            numbered(&whole, 1, "1"),
+        ])
+        .await;
+        assert_eq!(stored, [true, true, true]);
+        let settled: Vec<_> = settled
+            .iter()
+            .map(|(id, s)| (id.clone(), s.status))
+            .collect();
+        assert_eq!(settled, [(whole.id.clone(), OrderStatus::Completed)]);
+        assert_eq!(status(whole.id.clone()).await, OrderStatus::Completed);
+        assert_eq!(status(split.id.clone()).await, OrderStatus::Processing);
+
+        let (stored, settled) = deliver(vec![numbered(&split, 2, "2")]).await;
+        assert_eq!(stored, [true]);
+        let settled: Vec<_> = settled
+            .iter()
+            .map(|(id, s)| (id.clone(), s.status))
+            .collect();
+        assert_eq!(settled, [(split.id.clone(), OrderStatus::Completed)]);
+        assert_eq!(status(split.id.clone()).await, OrderStatus::Completed);
     }
 
     /// A supplier order is written down with its units only if none of them

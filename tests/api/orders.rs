@@ -2482,9 +2482,13 @@ async fn on_postgres_settling_orders_counts_their_units_by_probing_their_index()
     }
     let (partner, secret) = live_partner(&app).await;
     fund(&app, &partner, 1_000_000).await;
-    let body = order_body(1);
-    // In waves, each settled before the next, so that later counts run
-    // against a table holding the units of the waves before.
+    // Two units an order: a pass stores its units' profiles one by one, so
+    // each delivery leaves the order's other unit to be counted (an order
+    // whose every unit one delivery settles, as a single-unit order's,
+    // completes without a count). In waves, each settled before the next,
+    // so that later counts run against a table holding the units of the
+    // waves before.
+    let body = order_body(2);
     for _ in 0..4 {
         let wave = futures::future::join_all((0..10).map(|_| accepted(&app, &secret, &body))).await;
         for order in wave {

@@ -119,31 +119,42 @@ async fn refund_pending<C: ConnectionTrait>(
     }
 }
 
+/// A profile to store, and the quantity of the order it is dealt to (what
+/// its provisioning pass read with the order).
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The unit's eSIM row.
+    pub profile: esim::Model,
+    /// How many units the profile's order has.
+    pub quantity: i32,
+}
+
 /// Stores delivered profiles and marks their units delivered, each once,
 /// in a constant number of statements whatever their number: one update
 /// that settles the units still pending (and says which), one insert of
 /// their profiles. Returns, per profile, whether it was stored (false: its
-/// unit was already settled, nothing written).
+/// unit was already settled, nothing written), and the ids of the units
+/// this call settled.
 pub async fn deliver_units<C: ConnectionTrait>(
     txn: &C,
-    profiles: &[esim::Model],
+    deliveries: &[Delivery],
     now: DateTime<Utc>,
-) -> Result<Vec<bool>, DbErr> {
-    if profiles.is_empty() {
-        return Ok(Vec::new());
+) -> Result<(Vec<bool>, HashSet<String>), DbErr> {
+    if deliveries.is_empty() {
+        return Ok((Vec::new(), HashSet::new()));
     }
     let settled: HashSet<String> = settle_pending(
         txn,
-        profiles.iter().map(|p| p.unit_id.as_str()),
+        deliveries.iter().map(|d| d.profile.unit_id.as_str()),
         UnitStatus::Delivered,
         now,
     )
     .await?
     .into_iter()
     .collect();
-    let (stored, rows) = profiles_to_store(profiles, &settled);
+    let (stored, rows) = profiles_to_store(deliveries, &settled);
     bulk::insert_models::<esim::Entity, _>(txn, &rows).await?;
-    Ok(stored)
+    Ok((stored, settled))
 }
 
 /// [`deliver_units`] then [`finalize_many`] of their orders, in the
@@ -151,11 +162,12 @@ pub async fn deliver_units<C: ConnectionTrait>(
 /// it settled.
 pub async fn deliver_and_settle<C: ConnectionTrait>(
     txn: &C,
-    profiles: &[esim::Model],
+    deliveries: &[Delivery],
     now: DateTime<Utc>,
 ) -> Result<DeliveredAndSettled, DbErr> {
-    let stored = deliver_units(txn, profiles, now).await?;
-    let settled = finalize_many(txn, &orders_of(profiles), now).await?;
+    let (stored, units) = deliver_units(txn, deliveries, now).await?;
+    let (complete, to_count) = completed_by(deliveries, &units);
+    let settled = finalize_many(txn, &to_count, &complete, now).await?;
     Ok((stored, settled))
 }
 
@@ -163,29 +175,55 @@ pub async fn deliver_and_settle<C: ConnectionTrait>(
 /// stored, and the orders it settled.
 pub type DeliveredAndSettled = (Vec<bool>, Vec<(String, Settled)>);
 
-/// The orders the profiles are dealt to, each once.
-pub(super) fn orders_of(profiles: &[esim::Model]) -> Vec<String> {
-    let mut orders: Vec<String> = profiles.iter().map(|p| p.order_id.clone()).collect();
-    orders.sort_unstable();
-    orders.dedup();
-    orders
+/// The orders of a delivery that it completed, and the others (each once).
+/// An order all of whose `quantity` units this delivery's update took from
+/// pending to delivered (`units`) has none pending and none refunded: it is
+/// complete without counting its units, as every single-unit order is.
+/// Only the others are counted ([`unit_tally`]), each unit of theirs
+/// perhaps settled before, or by another node.
+pub(super) fn completed_by<'a>(
+    deliveries: &'a [Delivery],
+    units: &HashSet<String>,
+) -> (Vec<&'a str>, Vec<String>) {
+    let mut delivered_now: HashMap<&str, (HashSet<&str>, i32)> = HashMap::new();
+    for delivery in deliveries {
+        let profile = &delivery.profile;
+        let entry = delivered_now
+            .entry(profile.order_id.as_str())
+            .or_insert_with(|| (HashSet::new(), delivery.quantity));
+        if units.contains(&profile.unit_id) {
+            entry.0.insert(profile.unit_id.as_str());
+        }
+    }
+    let mut complete = Vec::new();
+    let mut to_count = Vec::new();
+    for (order_id, (units, quantity)) in delivered_now {
+        if usize::try_from(quantity).is_ok_and(|q| q > 0 && units.len() == q) {
+            complete.push(order_id);
+        } else {
+            to_count.push(order_id.to_owned());
+        }
+    }
+    complete.sort_unstable();
+    to_count.sort_unstable();
+    (complete, to_count)
 }
 
 /// Per profile, whether its unit was `settled` by this call, and the
 /// profiles to store (those), lent rather than copied.
 pub(super) fn profiles_to_store<'a>(
-    profiles: &'a [esim::Model],
+    deliveries: &'a [Delivery],
     settled: &HashSet<String>,
 ) -> (Vec<bool>, Vec<&'a esim::Model>) {
-    let stored: Vec<bool> = profiles
+    let stored: Vec<bool> = deliveries
         .iter()
-        .map(|p| settled.contains(&p.unit_id))
+        .map(|d| settled.contains(&d.profile.unit_id))
         .collect();
-    let rows = profiles
+    let rows = deliveries
         .iter()
         .zip(&stored)
         .filter(|(_, stored)| **stored)
-        .map(|(p, _)| p)
+        .map(|(d, _)| &d.profile)
         .collect();
     (stored, rows)
 }
@@ -276,32 +314,34 @@ pub async fn finalize<C: ConnectionTrait>(
     order_id: &str,
     now: DateTime<Utc>,
 ) -> Result<Option<Settled>, DbErr> {
-    let mut settled = finalize_many(db, &[order_id.to_owned()], now).await?;
+    let mut settled = finalize_many(db, &[order_id.to_owned()], &[], now).await?;
     Ok(settled.pop().map(|(_, settled)| settled))
 }
 
-/// Settles every order of `order_ids` with no unit pending, in at most four
-/// statements whatever their number: one count of their units by status,
-/// then one update per final status (RETURNING, on SQLite and PostgreSQL
-/// alike; an order another pass settled first is not returned). Returns the
-/// orders this call settled.
+/// Settles every order of `order_ids` with no unit pending, and every order
+/// of `complete` (known to have every unit delivered) as completed, in at
+/// most four statements whatever their number: one count of the units of
+/// `order_ids` by status (none when that list is empty), then one update per
+/// final status (RETURNING, on SQLite and PostgreSQL alike; an order another
+/// pass settled first is not returned). Returns the orders this call settled.
 pub async fn finalize_many<C: ConnectionTrait>(
     db: &C,
     order_ids: &[String],
+    complete: &[&str],
     now: DateTime<Utc>,
 ) -> Result<Vec<(String, Settled)>, DbErr> {
-    if order_ids.is_empty() {
-        return Ok(Vec::new());
-    }
     let backend = db.get_database_backend();
-    let counts = db
-        .query_all_raw(unit_tally(backend, order_ids))
-        .await?
-        .iter()
-        .map(|row| row.try_get_many_by_index())
-        .collect::<Result<Vec<TallyRow>, DbErr>>()?;
+    let counts = if order_ids.is_empty() {
+        Vec::new()
+    } else {
+        db.query_all_raw(unit_tally(backend, order_ids))
+            .await?
+            .iter()
+            .map(|row| row.try_get_many_by_index())
+            .collect::<Result<Vec<TallyRow>, DbErr>>()?
+    };
     let mut settled = Vec::new();
-    for (status, ids) in final_statuses(&counts) {
+    for (status, ids) in settling(&counts, complete) {
         let mut update = settle_orders_update(backend, status, ids, now).into_query();
         update.returning(settled_returning());
         for row in db.query_all_raw(backend.build(&update)).await? {
@@ -405,6 +445,22 @@ pub(super) fn final_statuses(counts: &[TallyRow]) -> HashMap<OrderStatus, Vec<&s
     by_status
 }
 
+/// The orders to settle by final status: those of a [`unit_tally`] that no
+/// pending unit holds back, and `complete` as completed.
+pub(super) fn settling<'a>(
+    counts: &'a [TallyRow],
+    complete: &[&'a str],
+) -> HashMap<OrderStatus, Vec<&'a str>> {
+    let mut by_status = final_statuses(counts);
+    if !complete.is_empty() {
+        by_status
+            .entry(OrderStatus::Completed)
+            .or_default()
+            .extend_from_slice(complete);
+    }
+    by_status
+}
+
 /// The update that settles the still-processing orders of `ids` in `status`
 /// (without its RETURNING).
 pub(super) fn settle_orders_update(
@@ -434,6 +490,71 @@ pub(super) fn settle_orders_update(
 mod tests {
     use super::*;
     use crate::store::tests::assert_planned_through;
+
+    fn delivery(order_id: &str, n: i32, quantity: i32) -> Delivery {
+        let profile = esim::Model {
+            iccid: format!("8900{n}{order_id}"),
+            partner_id: "prt_a".into(),
+            mode: crate::domain::partner::Mode::Sandbox,
+            order_id: order_id.into(),
+            unit_id: unit_id(order_id, n),
+            plan_id: "pl_x".into(),
+            status: crate::domain::states::EsimStatus::Released,
+            smdp_address: "smdp.example".into(),
+            matching_id: format!("M-{n}"),
+            activation_code: format!("LPA:1$smdp.example$M-{n}"),
+            created_at: Utc::now(),
+            esim_tran_no: None,
+        };
+        Delivery { profile, quantity }
+    }
+
+    fn settled_now(units: &[(&str, i32)]) -> HashSet<String> {
+        units.iter().map(|(order, n)| unit_id(order, *n)).collect()
+    }
+
+    /// Only an order whose every unit this delivery settled is taken for
+    /// complete; one a unit of which was settled before (or is still
+    /// pending, or came twice in the batch) is counted.
+    #[test]
+    fn an_order_is_complete_without_a_count_only_when_this_delivery_settled_every_unit() {
+        let deliveries = [
+            delivery("ord_single", 1, 1),
+            delivery("ord_pair", 2, 2),
+            delivery("ord_pair", 1, 2),
+            delivery("ord_half", 1, 2),
+            delivery("ord_twice", 1, 2),
+            delivery("ord_twice", 1, 2),
+            delivery("ord_before", 1, 1),
+        ];
+        let units = settled_now(&[
+            ("ord_single", 1),
+            ("ord_pair", 1),
+            ("ord_pair", 2),
+            ("ord_half", 1),
+            ("ord_twice", 1),
+        ]);
+        let (complete, to_count) = completed_by(&deliveries, &units);
+        assert_eq!(complete, ["ord_pair", "ord_single"]);
+        assert_eq!(to_count, ["ord_before", "ord_half", "ord_twice"]);
+    }
+
+    /// Orders known complete settle as completed beside those the count
+    /// decides.
+    #[test]
+    fn orders_known_complete_join_the_completed_ones_of_the_count() {
+        let counts: Vec<TallyRow> = vec![
+            ("ord_a".into(), UnitStatus::Delivered, 1, 1),
+            ("ord_b".into(), UnitStatus::Refunded, 1, 1),
+        ];
+        let mut by_status = settling(&counts, &["ord_c"]);
+        for ids in by_status.values_mut() {
+            ids.sort_unstable();
+        }
+        assert_eq!(by_status[&OrderStatus::Completed], ["ord_a", "ord_c"]);
+        assert_eq!(by_status[&OrderStatus::Failed], ["ord_b"]);
+        assert_eq!(settling(&[], &[]).len(), 0);
+    }
 
     /// The count of units that decides which orders settle probes each
     /// order's units and its quantity by key: by status it would walk every

@@ -7,8 +7,8 @@ use rusqlite::Connection;
 use sea_orm::{DbBackend, QueryTrait, Statement};
 
 use super::settle::{
-    TallyRow, final_statuses, orders_of, profiles_to_store, settle_orders_update,
-    settle_pending_update, settled_returning, unit_tally,
+    Delivery, TallyRow, completed_by, profiles_to_store, settle_orders_update,
+    settle_pending_update, settled_returning, settling, unit_tally,
 };
 use super::*;
 use crate::store::{
@@ -19,13 +19,13 @@ use crate::store::{
 /// [`deliver_and_settle`] in the inline writer's transaction.
 pub(crate) fn deliver_and_settle_inline<E>(
     connection: &Connection,
-    profiles: &[esim::Model],
+    deliveries: &[Delivery],
     now: DateTime<Utc>,
 ) -> Result<DeliveredAndSettled, InlineFailed<E>> {
-    if profiles.is_empty() {
+    if deliveries.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let units = profiles.iter().map(|p| p.unit_id.as_str());
+    let units = deliveries.iter().map(|d| d.profile.unit_id.as_str());
     let mut update =
         settle_pending_update(DbBackend::Sqlite, units, UnitStatus::Delivered, now).into_query();
     update.returning_col(order_unit::Column::Id);
@@ -33,11 +33,12 @@ pub(crate) fn deliver_and_settle_inline<E>(
         inline_write::query(connection, &sqlite(&update), |row| row.get(0))?
             .into_iter()
             .collect();
-    let (stored, rows) = profiles_to_store(profiles, &settled);
+    let (stored, rows) = profiles_to_store(deliveries, &settled);
     inline_write::insert_rows::<esim::Entity, _>(connection, &rows, &[])?;
+    let (complete, to_count) = completed_by(deliveries, &settled);
     Ok((
         stored,
-        finalize_many_inline(connection, &orders_of(profiles), now)?,
+        finalize_many_inline(connection, &to_count, &complete, now)?,
     ))
 }
 
@@ -45,22 +46,24 @@ pub(crate) fn deliver_and_settle_inline<E>(
 fn finalize_many_inline<E>(
     connection: &Connection,
     order_ids: &[String],
+    complete: &[&str],
     now: DateTime<Utc>,
 ) -> Result<Vec<(String, Settled)>, InlineFailed<E>> {
-    if order_ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let tally = unit_tally(DbBackend::Sqlite, order_ids);
-    let counts: Vec<TallyRow> = inline_write::query(connection, &tally, |row| {
-        Ok((
-            row.get(0)?,
-            columns::word(row, 1)?,
-            row.get(2)?,
-            row.get(3)?,
-        ))
-    })?;
+    let counts: Vec<TallyRow> = if order_ids.is_empty() {
+        Vec::new()
+    } else {
+        let tally = unit_tally(DbBackend::Sqlite, order_ids);
+        inline_write::query(connection, &tally, |row| {
+            Ok((
+                row.get(0)?,
+                columns::word(row, 1)?,
+                row.get(2)?,
+                row.get(3)?,
+            ))
+        })?
+    };
     let mut settled = Vec::new();
-    for (status, ids) in final_statuses(&counts) {
+    for (status, ids) in settling(&counts, complete) {
         let mut update = settle_orders_update(DbBackend::Sqlite, status, ids, now).into_query();
         update.returning(settled_returning());
         let rows = inline_write::query(connection, &sqlite(&update), |row| {
