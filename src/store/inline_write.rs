@@ -994,6 +994,25 @@ mod tests {
         }
     }
 
+    /// Stores `profiles` (of orders of `quantity` units) in one inline
+    /// delivery: per profile whether it was stored, and the orders settled.
+    async fn deliver_inline(
+        writer: &InlineWriter,
+        profiles: Vec<esim::Model>,
+        quantity: i32,
+    ) -> crate::store::orders::DeliveredAndSettled {
+        let deliveries: Vec<Delivery> = profiles
+            .into_iter()
+            .map(|profile| Delivery { profile, quantity })
+            .collect();
+        writer
+            .transaction(move |c| {
+                deliver_and_settle_inline::<Infallible>(c, &deliveries, Utc::now())
+            })
+            .await
+            .unwrap()
+    }
+
     /// A profile stores once, an order settles once its last unit is
     /// delivered, and what the pool reads back is what was written.
     #[tokio::test]
@@ -1011,24 +1030,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let deliver = |profiles: Vec<esim::Model>| {
-            let writer = &writer;
-            let deliveries: Vec<Delivery> = profiles
-                .into_iter()
-                .map(|profile| Delivery {
-                    profile,
-                    quantity: order.quantity,
-                })
-                .collect();
-            async move {
-                writer
-                    .transaction(move |c| {
-                        deliver_and_settle_inline::<Infallible>(c, &deliveries, Utc::now())
-                    })
-                    .await
-                    .unwrap()
-            }
-        };
+        let deliver = |profiles| deliver_inline(&writer, profiles, order.quantity);
 
         let (stored, settled) = deliver(vec![profile(&order, 1)]).await;
         assert_eq!(
@@ -1089,24 +1091,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let deliver = |profiles: Vec<esim::Model>| {
-            let writer = &writer;
-            let deliveries: Vec<Delivery> = profiles
-                .into_iter()
-                .map(|profile| Delivery {
-                    profile,
-                    quantity: 2,
-                })
-                .collect();
-            async move {
-                writer
-                    .transaction(move |c| {
-                        deliver_and_settle_inline::<Infallible>(c, &deliveries, Utc::now())
-                    })
-                    .await
-                    .unwrap()
-            }
-        };
+        let deliver = |profiles| deliver_inline(&writer, profiles, 2);
         // `profile` names ICCIDs by the order id's length, the same for both.
         let numbered = |order: &order::Model, n: i32, tag: &str| {
             let mut profile = profile(order, n);
