@@ -78,10 +78,10 @@ struct Writer {
 }
 
 async fn write_deliveries(writer: &Writer, batch: Vec<Queued>) {
-    let (profiles, answers): (Vec<Delivery>, Vec<_>) = batch.into_iter().unzip();
+    let (deliveries, answers): (Vec<Delivery>, Vec<_>) = batch.into_iter().unzip();
     // Shared, not copied: the write may run on whichever writer takes the turn.
-    let profiles = Arc::new(profiles);
-    match store_deliveries(writer, &profiles).await {
+    let deliveries = Arc::new(deliveries);
+    match store_deliveries(writer, &deliveries).await {
         Ok(results) => {
             for (answer, result) in answers.into_iter().zip(results) {
                 let _ = answer.send(Ok(result));
@@ -90,8 +90,8 @@ async fn write_deliveries(writer: &Writer, batch: Vec<Queued>) {
         Err(err) if answers.len() > 1 => {
             // One bad row must not fail the others: store them one by one.
             tracing::warn!(size = answers.len(), error = %err, "batched delivery failed; storing one by one");
-            for (profile, answer) in profiles.iter().zip(answers) {
-                let result = store_deliveries(writer, &Arc::new(vec![profile.clone()]))
+            for (delivery, answer) in deliveries.iter().zip(answers) {
+                let result = store_deliveries(writer, &Arc::new(vec![delivery.clone()]))
                     .await
                     .map(|r| r.first().copied().unwrap_or(false));
                 let _ = answer.send(result);
@@ -109,10 +109,10 @@ async fn write_deliveries(writer: &Writer, batch: Vec<Queued>) {
 /// on a SQLite file, else (or if that failed) through the pool.
 async fn store_deliveries(
     writer: &Writer,
-    profiles: &Arc<Vec<Delivery>>,
+    deliveries: &Arc<Vec<Delivery>>,
 ) -> Result<Vec<bool>, sea_orm::DbErr> {
     let now = time::now();
-    let shared = Arc::clone(profiles);
+    let shared = Arc::clone(deliveries);
     let inline = super::write_inline(writer.inline.as_ref(), move |connection| {
         store::orders::deliver_and_settle_inline::<Infallible>(connection, &shared, now)
     })
@@ -122,7 +122,7 @@ async fn store_deliveries(
         Some(Err(never)) => match never {},
         None => {
             let txn = store::begin_write(&writer.db).await?;
-            let done = store::orders::deliver_and_settle(&txn, profiles, now).await?;
+            let done = store::orders::deliver_and_settle(&txn, deliveries, now).await?;
             txn.commit().await?;
             done
         }
