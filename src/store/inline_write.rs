@@ -979,7 +979,7 @@ mod tests {
 
     fn profile(order: &order::Model, n: i32) -> esim::Model {
         esim::Model {
-            iccid: format!("8900{n}{}", order.id.len()),
+            iccid: format!("8900{n}-{}", order.id),
             partner_id: order.partner_id.clone(),
             mode: order.mode,
             order_id: order.id.clone(),
@@ -1092,12 +1092,6 @@ mod tests {
             .await
             .unwrap();
         let deliver = |profiles| deliver_inline(&writer, profiles, 2);
-        // `profile` names ICCIDs by the order id's length, the same for both.
-        let numbered = |order: &order::Model, n: i32, tag: &str| {
-            let mut profile = profile(order, n);
-            profile.iccid.push_str(tag);
-            profile
-        };
         let status = |id: String| {
             let db = &db;
             async move {
@@ -1111,9 +1105,9 @@ mod tests {
         };
 
         let (stored, settled) = deliver(vec![
-            numbered(&whole, 2, "1"),
-            numbered(&split, 1, "2"),
-            numbered(&whole, 1, "1"),
+            profile(&whole, 2),
+            profile(&split, 1),
+            profile(&whole, 1),
         ])
         .await;
         assert_eq!(stored, [true, true, true]);
@@ -1125,7 +1119,7 @@ mod tests {
         assert_eq!(status(whole.id.clone()).await, OrderStatus::Completed);
         assert_eq!(status(split.id.clone()).await, OrderStatus::Processing);
 
-        let (stored, settled) = deliver(vec![numbered(&split, 2, "2")]).await;
+        let (stored, settled) = deliver(vec![profile(&split, 2)]).await;
         assert_eq!(stored, [true]);
         let settled: Vec<_> = settled
             .iter()

@@ -7,8 +7,8 @@ use rusqlite::Connection;
 use sea_orm::{DbBackend, QueryTrait, Statement};
 
 use super::settle::{
-    Delivery, TallyRow, completed_by, profiles_to_store, settle_orders_update,
-    settle_pending_update, settled_returning, settling, unit_tally,
+    TallyRow, completed_by, profiles_to_store, settle_orders_update, settle_pending_update,
+    settled_returning, settling, unit_tally,
 };
 use super::*;
 use crate::store::{
