@@ -1,8 +1,9 @@
-//! The single writer of delivered profiles. Provisioning tasks hand it one
-//! profile each; it stores every profile queued behind the one in progress,
-//! and settles their orders, in one transaction (on a SQLite file, a write
-//! of the file's inline connection, committed with the other order-path
-//! writes queued meanwhile: [`crate::store::inline_write`]).
+//! The single writer of delivered profiles. Provisioning tasks hand it the
+//! profiles one supplier order brought for one order's units, together; it
+//! stores every profile queued behind the one in progress, and settles their
+//! orders, in one transaction (on a SQLite file, a write of the file's inline
+//! connection, committed with the other order-path writes queued meanwhile:
+//! [`crate::store::inline_write`]).
 
 use std::{convert::Infallible, sync::Arc};
 
@@ -13,13 +14,17 @@ use crate::{
     store::{self, Db, inline_write::InlineWriter, orders::Delivery},
 };
 
-/// One profile waiting for the delivery writer, with its order's quantity.
+/// The profiles of one order's units waiting for the delivery writer
+/// together, each with its order's quantity, and where to answer, per
+/// profile, whether it was stored.
 type Queued = (
-    Delivery,
-    tokio::sync::oneshot::Sender<Result<bool, sea_orm::DbErr>>,
+    Vec<Delivery>,
+    tokio::sync::oneshot::Sender<Result<Vec<bool>, sea_orm::DbErr>>,
 );
 
-/// Deliveries stored in one transaction at most.
+/// Deliveries a transaction takes before it stops taking more queued groups
+/// (a group is never split, so one can pass it by at most 49, an order's
+/// largest quantity less one).
 const DELIVERY_BATCH: usize = 256;
 
 /// The single writer of delivered profiles: it stores every profile queued
@@ -40,26 +45,38 @@ impl DeliveryWriter {
                 inline: super::inline_writer(&db, "deliveries"),
                 db,
             };
-            // Waits for one profile and takes every one queued behind it.
-            let mut batch = Vec::with_capacity(DELIVERY_BATCH);
-            while incoming.recv_many(&mut batch, DELIVERY_BATCH).await > 0 {
-                write_deliveries(&writer, std::mem::take(&mut batch)).await;
+            // Waits for one group and takes every one queued behind it.
+            while let Some(first) = incoming.recv().await {
+                let mut batch = vec![first];
+                let mut taken = batch[0].0.len();
+                while taken < DELIVERY_BATCH {
+                    let Ok(next) = incoming.try_recv() else { break };
+                    taken += next.0.len();
+                    batch.push(next);
+                }
+                write_deliveries(&writer, batch).await;
             }
         });
         Self { queue }
     }
 
-    /// Stores one profile of an order of `quantity` units (and settles the
-    /// order if that was its last unit). `Ok(false)`: the unit was already
-    /// settled, nothing written.
+    /// Stores the profiles of units of one order of `quantity` units, in one
+    /// transaction (and settles the order if they were its last units): an
+    /// order whose every unit is delivered here settles without its units
+    /// being counted. Per profile, `false`: its unit was already settled,
+    /// nothing written.
     pub(crate) async fn deliver(
         &self,
-        profile: esim::Model,
+        profiles: Vec<esim::Model>,
         quantity: i32,
-    ) -> Result<bool, sea_orm::DbErr> {
+    ) -> Result<Vec<bool>, sea_orm::DbErr> {
+        let deliveries = profiles
+            .into_iter()
+            .map(|profile| Delivery { profile, quantity })
+            .collect();
         let (answer, answered) = tokio::sync::oneshot::channel();
         self.queue
-            .send((Delivery { profile, quantity }, answer))
+            .send((deliveries, answer))
             .await
             .map_err(|_| sea_orm::DbErr::Custom("the delivery writer stopped".into()))?;
         answered
@@ -78,23 +95,35 @@ struct Writer {
 }
 
 async fn write_deliveries(writer: &Writer, batch: Vec<Queued>) {
-    let (deliveries, answers): (Vec<Delivery>, Vec<_>) = batch.into_iter().unzip();
+    let sizes: Vec<usize> = batch.iter().map(|(group, _)| group.len()).collect();
+    let (groups, answers): (Vec<Vec<Delivery>>, Vec<_>) = batch.into_iter().unzip();
     // Shared, not copied: the write may run on whichever writer takes the turn.
-    let deliveries = Arc::new(deliveries);
+    let deliveries: Arc<Vec<Delivery>> = Arc::new(groups.into_iter().flatten().collect());
     match store_deliveries(writer, &deliveries).await {
         Ok(results) => {
-            for (answer, result) in answers.into_iter().zip(results) {
-                let _ = answer.send(Ok(result));
+            let mut results = results.into_iter();
+            for (answer, size) in answers.into_iter().zip(sizes) {
+                let _ = answer.send(Ok(results.by_ref().take(size).collect()));
             }
         }
-        Err(err) if answers.len() > 1 => {
-            // One bad row must not fail the others: store them one by one.
-            tracing::warn!(size = answers.len(), error = %err, "batched delivery failed; storing one by one");
-            for (delivery, answer) in deliveries.iter().zip(answers) {
-                let result = store_deliveries(writer, &Arc::new(vec![delivery.clone()]))
-                    .await
-                    .map(|r| r.first().copied().unwrap_or(false));
-                let _ = answer.send(result);
+        Err(err) if deliveries.len() > 1 => {
+            // One bad row must not fail the others: store them one by one. A
+            // group answers as a whole: if one of its profiles is not stored,
+            // its pass leaves the group's units to a later pass, which finds
+            // those stored here settled and reads only the others back.
+            tracing::warn!(size = deliveries.len(), error = %err, "batched delivery failed; storing one by one");
+            let mut one_by_one = deliveries.iter();
+            for (answer, size) in answers.into_iter().zip(sizes) {
+                let mut results = Vec::with_capacity(size);
+                for delivery in one_by_one.by_ref().take(size) {
+                    let single = Arc::new(vec![delivery.clone()]);
+                    results.push(
+                        store_deliveries(writer, &single)
+                            .await
+                            .map(|r| r.first().copied().unwrap_or(false)),
+                    );
+                }
+                let _ = answer.send(results.into_iter().collect());
             }
         }
         Err(err) => {
@@ -132,4 +161,102 @@ async fn store_deliveries(
         tracing::info!(order_id, status = order.status.as_str(), "order settled");
     }
     Ok(delivered)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use entities::order;
+    use sea_orm::EntityTrait;
+
+    use super::*;
+    use crate::{
+        domain::states::OrderStatus,
+        store::{
+            fixtures::{funded_partner, profile, supplier_row},
+            orders::{NewOrder, PartnerBatch, accept_batch, unit_id},
+        },
+    };
+
+    /// Orders `keys` of two units each for 1,000 cents, accepted, and one
+    /// supplier order carrying all their units.
+    async fn two_unit_orders(db: &Db, partner_id: &str, keys: &[&str]) -> Vec<order::Model> {
+        let orders: Vec<order::Model> = keys
+            .iter()
+            .map(|key| order::Model {
+                quantity: 2,
+                unit_price_cents: 500,
+                list_unit_cents: 500,
+                ..crate::domain::order::fixtures::accepted(
+                    &format!("ord_{key}"),
+                    partner_id,
+                    key,
+                    1_000,
+                )
+            })
+            .collect();
+        let batch = PartnerBatch {
+            partner_id: partner_id.into(),
+            orders: orders
+                .iter()
+                .map(|order| NewOrder {
+                    order: Arc::new(order.clone()),
+                    fingerprint: "f".into(),
+                })
+                .collect(),
+            refusals: Vec::new(),
+        };
+        accept_batch(db, &batch, Utc::now()).await.unwrap();
+        let units: Vec<String> = orders
+            .iter()
+            .flat_map(|order| (1..=2).map(|n| unit_id(&order.id, n)))
+            .collect();
+        let row = supplier_row("S1", units.len() as i32);
+        assert!(store::supplier_orders::open(db, row, &units).await.unwrap());
+        orders
+    }
+
+    async fn status(db: &Db, order: &order::Model) -> OrderStatus {
+        order::Entity::find_by_id(order.id.clone())
+            .one(db)
+            .await
+            .unwrap()
+            .unwrap()
+            .status
+    }
+
+    /// Groups queued together are each answered for their own profiles,
+    /// whether they share a transaction or not: an order whose units all
+    /// come in one group completes; a profile that cannot be stored (its
+    /// ICCID another unit's) fails its own group only, and leaves its unit
+    /// pending for a later delivery.
+    #[tokio::test]
+    async fn each_group_is_answered_for_itself_and_a_whole_order_completes() {
+        let (_dir, db, partner_id) = funded_partner("deliveries.db").await;
+        let orders = two_unit_orders(&db, &partner_id, &["whole", "split"]).await;
+        let (whole, split) = (&orders[0], &orders[1]);
+        let writer = DeliveryWriter::start(db.clone());
+        let colliding = esim::Model {
+            iccid: profile(whole, 1).iccid,
+            ..profile(split, 2)
+        };
+
+        let (both, one, bad) = tokio::join!(
+            writer.deliver(vec![profile(whole, 1), profile(whole, 2)], 2),
+            writer.deliver(vec![profile(split, 1)], 2),
+            writer.deliver(vec![colliding], 2),
+        );
+
+        assert_eq!(both.unwrap(), [true, true]);
+        assert_eq!(one.unwrap(), [true]);
+        assert!(bad.is_err(), "{bad:?}");
+        assert_eq!(status(&db, whole).await, OrderStatus::Completed);
+        assert_eq!(status(&db, split).await, OrderStatus::Processing);
+
+        let last = writer.deliver(vec![profile(split, 2)], 2).await;
+        assert_eq!(last.unwrap(), [true]);
+        assert_eq!(status(&db, split).await, OrderStatus::Completed);
+        let again = writer.deliver(vec![profile(whole, 2)], 2).await;
+        assert_eq!(again.unwrap(), [false], "a unit settles once");
+    }
 }

@@ -509,35 +509,46 @@ async fn deal(
         }
     };
     let mut outcomes = Vec::with_capacity(units.len());
+    let mut profiles = Vec::with_capacity(units.len());
     for unit in units {
         let seat = delivered.seats.get(&unit.id);
-        match seat.and_then(|&seat| delivered.profiles.get(seat)) {
-            Some(profile) => outcomes.push(store_profile(args, order, &unit, profile).await),
+        let profile = seat.and_then(|&seat| delivered.profiles.get(seat));
+        match profile.map(|profile| profile_row(order, &unit, profile)) {
+            Some(Ok(row)) => profiles.push(row),
+            Some(Err(refund)) => outcomes.push(refund),
             None => {
                 tracing::warn!(unit_id = %unit.id, transaction_id = %txn, supplier = %delivered.supplier, "the supplier delivered fewer profiles than units");
                 outcomes.push(UnitOutcome::Refund(unit.id, FailureCode::SupplierError));
             }
         }
     }
+    outcomes.extend(store_profiles(args, order, profiles).await);
     outcomes
 }
 
-async fn store_profile(
-    args: &ProvisioningArgs,
+/// The eSIM row of a unit's profile, or the unit's refund when the supplier
+/// sent a profile that is not one.
+fn profile_row(
     order: &order::Model,
     unit: &order_unit::Model,
     profile: &crate::supplier::Profile,
-) -> UnitOutcome {
+) -> Result<esim::Model, UnitOutcome> {
     if !esim_rules::is_valid_iccid(&profile.iccid) {
         tracing::warn!(unit_id = %unit.id, iccid = %profile.iccid, "supplier sent an invalid ICCID");
-        return UnitOutcome::Refund(unit.id.clone(), FailureCode::SupplierError);
+        return Err(UnitOutcome::Refund(
+            unit.id.clone(),
+            FailureCode::SupplierError,
+        ));
     }
     let Some((smdp, matching)) = esim_rules::parse_activation_code(&profile.activation_code) else {
         tracing::warn!(unit_id = %unit.id, "supplier sent an invalid activation code");
-        return UnitOutcome::Refund(unit.id.clone(), FailureCode::SupplierError);
+        return Err(UnitOutcome::Refund(
+            unit.id.clone(),
+            FailureCode::SupplierError,
+        ));
     };
     let now: DateTime<Utc> = time::now();
-    let row = esim::Model {
+    Ok(esim::Model {
         iccid: profile.iccid.clone(),
         partner_id: order.partner_id.clone(),
         mode: order.mode,
@@ -550,12 +561,26 @@ async fn store_profile(
         activation_code: profile.activation_code.clone(),
         created_at: now,
         esim_tran_no: profile.esim_tran_no.clone(),
-    };
-    match args.writer.deliver(row, order.quantity).await {
-        Ok(_) => UnitOutcome::Delivered,
+    })
+}
+
+/// Stores the profiles of the order's units together, in one delivery: the
+/// order settles in that transaction, without its units counted, when they
+/// were all of its units.
+async fn store_profiles(
+    args: &ProvisioningArgs,
+    order: &order::Model,
+    profiles: Vec<esim::Model>,
+) -> Vec<UnitOutcome> {
+    if profiles.is_empty() {
+        return Vec::new();
+    }
+    let count = profiles.len();
+    match args.writer.deliver(profiles, order.quantity).await {
+        Ok(_) => (0..count).map(|_| UnitOutcome::Delivered).collect(),
         Err(err) => {
-            tracing::warn!(unit_id = %unit.id, error = %err, "storing the profile failed; will retry");
-            UnitOutcome::Later
+            tracing::warn!(order_id = %order.id, units = count, error = %err, "storing the profiles failed; will retry");
+            (0..count).map(|_| UnitOutcome::Later).collect()
         }
     }
 }

@@ -592,18 +592,12 @@ mod tests {
     use super::*;
     use crate::domain::{
         partner::Mode,
-        states::{EsimStatus, OrderStatus, SupplierOrderStatus, UnitStatus},
+        states::{OrderStatus, SupplierOrderStatus, UnitStatus},
     };
+    use crate::store::fixtures::{funded_partner, profile, supplier_row};
     use crate::store::orders::{
         Delivery, NewOrder, PartnerBatch, Turned, accept_batches_inline, deliver_and_settle_inline,
     };
-
-    async fn funded_partner(name: &str) -> (tempfile::TempDir, Db, String) {
-        let (dir, db) = crate::store::tests::sqlite_file_db(name, 2).await;
-        crate::store::migrate(&db).await.unwrap();
-        let partner_id = crate::store::partners::gold_partner(&db, "inline", 10_000).await;
-        (dir, db, partner_id)
-    }
 
     fn batch_of(partner_id: &str, key: &str, total_cents: i64) -> PartnerBatch {
         let order = order::Model {
@@ -954,44 +948,6 @@ mod tests {
         let mut batch = batch_of(partner_id, key, 1_000);
         writer.transaction(accept(&batch)).await.unwrap();
         Arc::unwrap_or_clone(batch.orders.remove(0).order)
-    }
-
-    fn supplier_row(id: &str, units: i32) -> supplier_order::Model {
-        supplier_order::Model {
-            id: id.into(),
-            mode: Mode::Sandbox,
-            package_code: "PKG".into(),
-            unit_count: units,
-            order_no: None,
-            status: SupplierOrderStatus::Placing,
-            attempts: 0,
-            last_error: None,
-            node_id: "n1".into(),
-            created_at: Utc::now(),
-            updated_at: Utc::now(),
-            supplier: "sandbox".into(),
-            plan_id: Some("pl_x".into()),
-            successor_id: None,
-            unit_cost_cents: None,
-            calls_sent: 0,
-        }
-    }
-
-    fn profile(order: &order::Model, n: i32) -> esim::Model {
-        esim::Model {
-            iccid: format!("8900{n}-{}", order.id),
-            partner_id: order.partner_id.clone(),
-            mode: order.mode,
-            order_id: order.id.clone(),
-            unit_id: crate::store::orders::unit_id(&order.id, n),
-            plan_id: order.plan_id.clone(),
-            status: EsimStatus::Released,
-            smdp_address: "smdp.example".into(),
-            matching_id: format!("M-{n}"),
-            activation_code: format!("LPA:1$smdp.example$M-{n}"),
-            created_at: Utc::now(),
-            esim_tran_no: Some(format!("T{n}")),
-        }
     }
 
     /// Stores `profiles` (of orders of `quantity` units) in one inline

@@ -2476,18 +2476,18 @@ async fn on_postgres_a_batch_s_idempotency_keys_are_probed_by_index_never_scanne
 /// as the table grows, so every settled batch read every unit.
 #[tokio::test]
 async fn on_postgres_settling_orders_counts_their_units_by_probing_their_index() {
-    let app = order_app().await;
+    // Each unit in a supplier order of its own, two units an order: each
+    // delivery leaves the order's other unit to be counted (an order whose
+    // every unit one delivery settles, as one supplier order's profiles for
+    // it are handed over together, completes without a count).
+    let app = order_app_with(&[("supplier.batch_size", "1")]).await;
     if !app.database_url.starts_with("postgres") {
         return;
     }
     let (partner, secret) = live_partner(&app).await;
     fund(&app, &partner, 1_000_000).await;
-    // Two units an order: a pass stores its units' profiles one by one, so
-    // each delivery leaves the order's other unit to be counted (an order
-    // whose every unit one delivery settles, as a single-unit order's,
-    // completes without a count). In waves, each settled before the next,
-    // so that later counts run against a table holding the units of the
-    // waves before.
+    // In waves, each settled before the next, so that later counts run
+    // against a table holding the units of the waves before.
     let body = order_body(2);
     for _ in 0..4 {
         let wave = futures::future::join_all((0..10).map(|_| accepted(&app, &secret, &body))).await;
