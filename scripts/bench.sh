@@ -25,12 +25,14 @@
 # PARTNER_COUNTS="1 100" and DATABASES=sqlite (or postgres) run a part of it.
 # Many partners' requests draw their partner at random (PARTNER_ORDER=turn
 # takes the keys in turn, which flatters many partners: see load-testing.md).
+# QUANTITY=5 orders five units an order in `orders` (1 unless set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/esim-bench}"
 DURATION="${DURATION:-10}"
 CONCURRENCY="${CONCURRENCY:-64}"
 export PARTNER_ORDER="${PARTNER_ORDER:-random}"
+export QUANTITY="${QUANTITY:-1}"
 PG_URL="${PG_URL:-postgres://postgres@127.0.0.1:5432}"
 cargo build --release -q
 bin="$CARGO_TARGET_DIR/release/esim-reseller"
@@ -176,7 +178,7 @@ orders_side_by_side() {
       cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
       pg_cpu=null
       if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
-      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy}"
+      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy}"
       if [ "$partners" = 1 ]; then
         echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)}"
       fi

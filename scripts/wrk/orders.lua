@@ -2,6 +2,7 @@
 -- request (run prefix, thread number, counter). API_KEY: a live key's
 -- secret, or KEYS_FILE: a file of live keys' secrets, one per line, taken in
 -- turn (many partners); PLAN_ID: the plan (default pl_fr_1gb_7d);
+-- QUANTITY: units an order (default 1, at most 50);
 -- KEY_STYLE=random: keys as the generated clients make them (a random UUID
 -- after a prefix) instead of counting up. PARTNER_ORDER=random: each request
 -- from a partner drawn at random from KEYS_FILE instead of in turn (in turn,
@@ -31,7 +32,7 @@ function init(args)
   random_keys = os.getenv("KEY_STYLE") == "random"
   random_partners = os.getenv("PARTNER_ORDER") == "random"
   math.randomseed(os.time() * 1000 + tid)
-  wrk.body = '{"plan_id":"' .. (os.getenv("PLAN_ID") or "pl_fr_1gb_7d") .. '","quantity":1}'
+  wrk.body = '{"plan_id":"' .. (os.getenv("PLAN_ID") or "pl_fr_1gb_7d") .. '","quantity":' .. (os.getenv("QUANTITY") or "1") .. '}'
 end
 
 function request()
