@@ -47,8 +47,8 @@ impl DeliveryWriter {
             };
             // Waits for one group and takes every one queued behind it.
             while let Some(first) = incoming.recv().await {
+                let mut taken = first.0.len();
                 let mut batch = vec![first];
-                let mut taken = batch[0].0.len();
                 while taken < DELIVERY_BATCH {
                     let Ok(next) = incoming.try_recv() else { break };
                     taken += next.0.len();

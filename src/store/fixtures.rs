@@ -16,7 +16,7 @@ use crate::domain::{
 pub(crate) async fn funded_partner(name: &str) -> (tempfile::TempDir, Db, String) {
     let (dir, db) = super::tests::sqlite_file_db(name, 2).await;
     super::migrate(&db).await.unwrap();
-    let partner_id = super::partners::gold_partner(&db, "inline", 10_000).await;
+    let partner_id = super::partners::gold_partner(&db, "fixture", 10_000).await;
     (dir, db, partner_id)
 }
 
