@@ -167,13 +167,12 @@ async fn store_deliveries(
 mod tests {
     use chrono::Utc;
     use entities::order;
-    use sea_orm::EntityTrait;
 
     use super::*;
     use crate::{
         domain::states::OrderStatus,
         store::{
-            fixtures::{funded_partner, profile, supplier_row},
+            fixtures::{funded_partner, order_status, profile, supplier_row},
             orders::{NewOrder, PartnerBatch, accept_batch, unit_id},
         },
     };
@@ -216,15 +215,6 @@ mod tests {
         orders
     }
 
-    async fn status(db: &Db, order: &order::Model) -> OrderStatus {
-        order::Entity::find_by_id(order.id.clone())
-            .one(db)
-            .await
-            .unwrap()
-            .unwrap()
-            .status
-    }
-
     /// Groups queued together are each answered for their own profiles,
     /// whether they share a transaction or not: an order whose units all
     /// come in one group completes; a profile that cannot be stored (its
@@ -250,12 +240,12 @@ mod tests {
         assert_eq!(both.unwrap(), [true, true]);
         assert_eq!(one.unwrap(), [true]);
         assert!(bad.is_err(), "{bad:?}");
-        assert_eq!(status(&db, whole).await, OrderStatus::Completed);
-        assert_eq!(status(&db, split).await, OrderStatus::Processing);
+        assert_eq!(order_status(&db, &whole.id).await, OrderStatus::Completed);
+        assert_eq!(order_status(&db, &split.id).await, OrderStatus::Processing);
 
         let last = writer.deliver(vec![profile(split, 2)], 2).await;
         assert_eq!(last.unwrap(), [true]);
-        assert_eq!(status(&db, split).await, OrderStatus::Completed);
+        assert_eq!(order_status(&db, &split.id).await, OrderStatus::Completed);
         let again = writer.deliver(vec![profile(whole, 2)], 2).await;
         assert_eq!(again.unwrap(), [false], "a unit settles once");
     }

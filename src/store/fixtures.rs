@@ -1,13 +1,16 @@
 //! Rows and databases the tests of several modules start from: a migrated
-//! SQLite file with a funded partner, a supplier order, a unit's profile.
+//! SQLite file with a funded partner, a supplier order, a unit's profile, an
+//! order's status read back. Built only for tests.
+#![cfg(test)]
 
 use chrono::Utc;
 use entities::{esim, order, supplier_order};
+use sea_orm::EntityTrait;
 
 use super::Db;
 use crate::domain::{
     partner::Mode,
-    states::{EsimStatus, SupplierOrderStatus},
+    states::{EsimStatus, OrderStatus, SupplierOrderStatus},
 };
 
 /// A fresh, migrated SQLite file opened as the service opens it (two pooled
@@ -40,6 +43,16 @@ pub(crate) fn supplier_row(id: &str, units: i32) -> supplier_order::Model {
         unit_cost_cents: None,
         calls_sent: 0,
     }
+}
+
+/// The status of order `id` as stored.
+pub(crate) async fn order_status(db: &Db, id: &str) -> OrderStatus {
+    order::Entity::find_by_id(id.to_owned())
+        .one(db)
+        .await
+        .unwrap()
+        .unwrap()
+        .status
 }
 
 /// The profile of unit `n` of `order`; its ICCID names the order, so the

@@ -594,7 +594,7 @@ mod tests {
         partner::Mode,
         states::{OrderStatus, SupplierOrderStatus, UnitStatus},
     };
-    use crate::store::fixtures::{funded_partner, profile, supplier_row};
+    use crate::store::fixtures::{funded_partner, order_status, profile, supplier_row};
     use crate::store::orders::{
         Delivery, NewOrder, PartnerBatch, Turned, accept_batches_inline, deliver_and_settle_inline,
     };
@@ -950,6 +950,20 @@ mod tests {
         Arc::unwrap_or_clone(batch.orders.remove(0).order)
     }
 
+    /// A supplier order `id` takes every unit of `orders` (writes their
+    /// rows), inline.
+    async fn carried_inline(writer: &InlineWriter, id: &str, orders: &[&order::Model]) {
+        let units: Vec<String> = orders
+            .iter()
+            .flat_map(|o| (1..=o.quantity).map(|n| crate::store::orders::unit_id(&o.id, n)))
+            .collect();
+        let row = supplier_row(id, units.len() as i32);
+        writer
+            .transaction(move |c| crate::store::supplier_orders::open_inline(c, &row, &units))
+            .await
+            .unwrap();
+    }
+
     /// Stores `profiles` (of orders of `quantity` units) in one inline
     /// delivery: per profile whether it was stored, and the orders settled.
     async fn deliver_inline(
@@ -977,15 +991,7 @@ mod tests {
         let order = accepted(&db, &partner_id, "d1").await;
         let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
         // A supplier order takes both units (writes their rows) first.
-        let units: Vec<String> = (1..=2)
-            .map(|n| crate::store::orders::unit_id(&order.id, n))
-            .collect();
-        writer
-            .transaction(move |c| {
-                crate::store::supplier_orders::open_inline(c, &supplier_row("C1", 2), &units)
-            })
-            .await
-            .unwrap();
+        carried_inline(&writer, "C1", &[&order]).await;
         let deliver = |profiles| deliver_inline(&writer, profiles, order.quantity);
 
         let (stored, settled) = deliver(vec![profile(&order, 1)]).await;
@@ -1037,26 +1043,15 @@ mod tests {
         let split = accepted(&db, &partner_id, "w2").await;
         assert_eq!((whole.quantity, split.quantity), (2, 2));
         let writer = InlineWriter::for_db(&db, "test", Counts::NONE).unwrap();
-        let units: Vec<String> = [&whole, &split]
-            .iter()
-            .flat_map(|o| (1..=2).map(|n| crate::store::orders::unit_id(&o.id, n)))
-            .collect();
-        writer
-            .transaction(move |c| {
-                crate::store::supplier_orders::open_inline(c, &supplier_row("W1", 4), &units)
-            })
-            .await
-            .unwrap();
-        let deliver = |profiles| deliver_inline(&writer, profiles, 2);
-        let status = |id: String| {
-            let db = &db;
+        carried_inline(&writer, "W1", &[&whole, &split]).await;
+        // Per profile whether it was stored, and the orders settled with
+        // their final status.
+        let deliver = |profiles| {
+            let delivered = deliver_inline(&writer, profiles, 2);
             async move {
-                order::Entity::find_by_id(id)
-                    .one(db)
-                    .await
-                    .unwrap()
-                    .unwrap()
-                    .status
+                let (stored, settled) = delivered.await;
+                let settled: Vec<_> = settled.into_iter().map(|(id, s)| (id, s.status)).collect();
+                (stored, settled)
             }
         };
 
@@ -1067,22 +1062,14 @@ mod tests {
         ])
         .await;
         assert_eq!(stored, [true, true, true]);
-        let settled: Vec<_> = settled
-            .iter()
-            .map(|(id, s)| (id.clone(), s.status))
-            .collect();
         assert_eq!(settled, [(whole.id.clone(), OrderStatus::Completed)]);
-        assert_eq!(status(whole.id.clone()).await, OrderStatus::Completed);
-        assert_eq!(status(split.id.clone()).await, OrderStatus::Processing);
+        assert_eq!(order_status(&db, &whole.id).await, OrderStatus::Completed);
+        assert_eq!(order_status(&db, &split.id).await, OrderStatus::Processing);
 
         let (stored, settled) = deliver(vec![profile(&split, 2)]).await;
         assert_eq!(stored, [true]);
-        let settled: Vec<_> = settled
-            .iter()
-            .map(|(id, s)| (id.clone(), s.status))
-            .collect();
         assert_eq!(settled, [(split.id.clone(), OrderStatus::Completed)]);
-        assert_eq!(status(split.id.clone()).await, OrderStatus::Completed);
+        assert_eq!(order_status(&db, &split.id).await, OrderStatus::Completed);
     }
 
     /// A supplier order is written down with its units only if none of them

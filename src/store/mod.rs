@@ -43,7 +43,6 @@ pub(crate) mod changes;
 mod checkpoint;
 pub(crate) mod deposits;
 pub(crate) mod esims;
-#[cfg(test)]
 pub(crate) mod fixtures;
 pub mod gathered;
 pub mod inline;

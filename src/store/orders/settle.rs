@@ -492,20 +492,8 @@ mod tests {
     use crate::store::tests::assert_planned_through;
 
     fn delivery(order_id: &str, n: i32, quantity: i32) -> Delivery {
-        let profile = esim::Model {
-            iccid: format!("8900{n}{order_id}"),
-            partner_id: "prt_a".into(),
-            mode: crate::domain::partner::Mode::Sandbox,
-            order_id: order_id.into(),
-            unit_id: unit_id(order_id, n),
-            plan_id: "pl_x".into(),
-            status: crate::domain::states::EsimStatus::Released,
-            smdp_address: "smdp.example".into(),
-            matching_id: format!("M-{n}"),
-            activation_code: format!("LPA:1$smdp.example$M-{n}"),
-            created_at: Utc::now(),
-            esim_tran_no: None,
-        };
+        let order = crate::domain::order::fixtures::accepted(order_id, "prt_a", "k", 100);
+        let profile = crate::store::fixtures::profile(&order, n);
         Delivery { profile, quantity }
     }
 
