@@ -9,6 +9,11 @@
 //!   units of orders still processing, per partner, on every node, so the
 //!   whole fleet shares one room. Units admitted on this node since the last
 //!   reading are added on top until the next one includes them.
+//! - **Settling**: each reading also says how much of the last one's
+//!   backlog is still processing, so the units the fleet settled between
+//!   the two; while the pipeline is behind, that rate bounds the room too
+//!   ([`crate::domain::admission::SettlingRate`]), whatever the suppliers'
+//!   limits (lifted or not).
 //!
 //! Account actors ask for an [`Allowance`] before deciding a batch and
 //! report what they admitted and refused; this view never blocks on the
@@ -20,16 +25,22 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde::Serialize;
+use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    domain::admission::{
-        self, Allowance, Backlog, Busy, Capacity, GroupRoom, Sellers, UnitsPerCall,
+    domain::{
+        admission::{
+            self, Allowance, Backlog, Busy, Capacity, GroupRoom, Sellers, SettleWindow,
+            SettlingRate, UnitsPerCall,
+        },
+        time,
     },
     store::{self, Db},
     supplier::{gate::RateGate, metered::Tally},
 };
+
+mod view;
 
 /// How long a "slow down" answer halves the capacity.
 const SLOWDOWN_MEMORY: Duration = Duration::from_secs(10);
@@ -41,11 +52,21 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 /// learnt from it: long enough for several calls at any documented limit.
 const LEARN_EVERY: Duration = Duration::from_secs(5);
 
+/// Busy seconds of this service's settling before its rate bounds the
+/// room: a burst the pipeline absorbs within a few seconds is admitted.
+const SETTLING_BOUNDS_AFTER: f64 = 5.0;
+
+/// Shortest window over which what the fleet settled is read: shorter
+/// ones (the backlog may be read every 100 ms) would often settle nothing
+/// while a slow pipeline works.
+const SETTLE_WINDOW: Duration = Duration::from_secs(1);
+
 /// What admission needs to know about one supplier of the route.
 pub struct LaneArgs {
     /// The supplier's name.
     pub name: &'static str,
-    /// Calls per second the supplier accepts (0: no limit, admission off).
+    /// Calls per second the supplier accepts (0: no limit; admission then
+    /// weighs this service's settling only).
     pub calls_per_second: u32,
     /// Most units in one of its supplier orders.
     pub batch_size: usize,
@@ -126,6 +147,21 @@ struct State {
     /// Refusals by reason since start, and when each partner's were logged.
     refusals: HashMap<Busy, u64>,
     logged: HashMap<(String, Busy), Instant>,
+    /// What the fleet settles a second while behind.
+    settling: SettlingRate,
+    /// The reading of the backlog the current settling window began at.
+    window_start: Option<Reading>,
+}
+
+/// When a reading of the backlog was taken, and what it held.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    /// On this node's monotonic clock, for the window's length.
+    at: Instant,
+    /// On the wall clock the orders' acceptance times are written in.
+    wall: DateTime<Utc>,
+    /// Live units processing, every partner's.
+    units: u64,
 }
 
 impl State {
@@ -187,6 +223,8 @@ impl Admission {
             plan_since: HashMap::new(),
             refusals: HashMap::new(),
             logged: HashMap::new(),
+            settling: SettlingRate::default(),
+            window_start: None,
         };
         Self {
             lanes: args.lanes,
@@ -196,24 +234,35 @@ impl Admission {
         }
     }
 
-    /// Whether admission limits anything (every supplier has a limit).
-    pub fn is_on(&self) -> bool {
+    /// Whether the suppliers' capacity bounds the room (every supplier of
+    /// the route has a limit).
+    pub fn suppliers_limited(&self) -> bool {
         !self.lanes.is_empty() && self.lanes.iter().all(|lane| lane.calls_per_second > 0)
+    }
+
+    /// What drains the backlog now, and what a full room is called: the
+    /// suppliers' capacity or this service's settling, the lower; `None`
+    /// when neither bounds it.
+    fn bound(&self, state: &State) -> Option<(f64, Busy)> {
+        let suppliers = self
+            .suppliers_limited()
+            .then(|| self.capacity(state).units_per_second());
+        admission::bound(suppliers, state.settling.bound(SETTLING_BOUNDS_AFTER))
     }
 
     /// What one partner may be admitted now.
     pub fn allowance(&self, partner_id: &str) -> Allowance {
-        if !self.is_on() {
-            return Allowance::unlimited();
-        }
         let mut state = self.lock();
+        let Some((per_second, full)) = self.bound(&state) else {
+            return Allowance::unlimited();
+        };
         state.asked.insert(partner_id.to_owned(), Instant::now());
         let backlog = Backlog {
             total_units: state.total_units(),
             partner_units: state.partner_units(partner_id),
             active_partners: state.active_partners(self.horizon()),
         };
-        admission::allowance(&self.capacity(&state), self.horizon_seconds, backlog)
+        admission::allowance_at(per_second, full, self.horizon_seconds, backlog)
     }
 
     /// What one partner may be admitted now for orders of `plans`: its
@@ -228,7 +277,7 @@ impl Admission {
         let Some(sellers_of) = self.sellers_of.as_ref().filter(|_| self.lanes.len() > 1) else {
             return allowance;
         };
-        if !self.is_on() {
+        if !self.suppliers_limited() {
             return allowance;
         }
         let asked: HashMap<String, Sellers> = plans
@@ -292,7 +341,7 @@ impl Admission {
 
     /// Live units of `plan` were admitted.
     pub fn admitted_plan(&self, plan: &str, units: u64) {
-        if units == 0 || !self.is_on() || self.lanes.len() < 2 {
+        if units == 0 || !self.suppliers_limited() || self.lanes.len() < 2 {
             return;
         }
         *self.lock().plan_since.entry(plan.to_owned()).or_default() += units;
@@ -303,7 +352,7 @@ impl Admission {
     /// the two would hold the units twice and refuse orders the room has
     /// space for. [`Self::withdrawn`] takes them back if the commit fails.
     pub fn admitted(&self, partner_id: &str, units: u64) {
-        if units == 0 || !self.is_on() {
+        if units == 0 {
             return;
         }
         *self.lock().since.entry(partner_id.to_owned()).or_default() += units;
@@ -313,7 +362,7 @@ impl Admission {
     /// [`Self::admitted_plan`] failed: its `units` (per plan: `plans`) are no
     /// longer admitted.
     pub fn withdrawn(&self, partner_id: &str, units: u64, plans: &[(&str, u64)]) {
-        if units == 0 || !self.is_on() {
+        if units == 0 {
             return;
         }
         let mut state = self.lock();
@@ -347,13 +396,18 @@ impl Admission {
             reason = busy.as_str(),
             retry_after_seconds,
             refused_on_this_node = refused,
-            "orders refused at admission: the supplier cannot deliver more in time (logged once per 10 s)"
+            "orders refused at admission: {} cannot deliver more in time (logged once per 10 s)",
+            match busy {
+                Busy::Settling => "provisioning",
+                Busy::Capacity | Busy::FairShare => "the supplier",
+            }
         );
         true
     }
 
-    /// Reads the backlog from the database and learns from the supplier's
-    /// tally since the last refresh.
+    /// Reads the backlog from the database, learns from the supplier's
+    /// tally since the last refresh and from what the fleet settled since
+    /// the last reading.
     pub async fn refresh(&self, db: &Db) {
         self.learn();
         {
@@ -370,12 +424,10 @@ impl Admission {
         if self.lanes.len() > 1 {
             self.read_plan_backlog(db).await;
         }
-        match store::orders::live_backlog(db).await {
-            Ok(read) => {
-                let mut state = self.lock();
-                state.read = read;
-                state.reading.clear();
-            }
+        let (at, wall) = (Instant::now(), time::now());
+        let before = self.lock().window_start.map_or(wall, |start| start.wall);
+        match store::orders::live_backlog(db, before).await {
+            Ok(read) => self.read_backlog(at, wall, read),
             Err(err) => {
                 tracing::warn!(error = %err, "could not read the backlog; admission keeps its last view");
             }
@@ -383,60 +435,38 @@ impl Admission {
         self.publish();
     }
 
-    /// What the operator sees.
-    pub fn view(&self) -> AdmissionView {
-        let state = self.lock();
-        let capacity = self.capacity(&state);
-        let per_second = capacity.units_per_second();
-        let room = capacity.room_units(self.horizon_seconds);
-        let active = state.active_partners(self.horizon());
-        let mut partners: HashMap<&str, u64> = HashMap::new();
-        for map in [&state.read, &state.reading, &state.since] {
-            for (partner, units) in map {
-                *partners.entry(partner.as_str()).or_default() += units;
+    /// Takes a reading of the backlog begun at `at` (`wall`): it replaces
+    /// the last one, and, once the settling window is [`SETTLE_WINDOW`]
+    /// long and settled something, what is left of the units of the
+    /// window's first reading says what the fleet settled during it; a new
+    /// window begins.
+    fn read_backlog(&self, at: Instant, wall: DateTime<Utc>, read: store::orders::LiveBacklog) {
+        let units = read.by_partner.values().sum();
+        let reading = Reading { at, wall, units };
+        let mut state = self.lock();
+        match state.window_start {
+            None => state.window_start = Some(reading),
+            Some(start) if at.saturating_duration_since(start.at) >= SETTLE_WINDOW => {
+                let elapsed = at.saturating_duration_since(start.at);
+                let window = SettleWindow {
+                    seconds: elapsed.as_secs_f64(),
+                    before: start.units,
+                    left: read.accepted_before.min(start.units),
+                };
+                // A window that settled nothing yet stays open (a slow
+                // pipeline settles something over a longer one), up to a
+                // horizon; past that it is dropped unlearnt.
+                if !window.stalled() || elapsed >= self.horizon() {
+                    state
+                        .settling
+                        .observe(window, f64::from(self.horizon_seconds));
+                    state.window_start = Some(reading);
+                }
             }
+            Some(_) => {}
         }
-        let share = room / active.max(1);
-        let mut partners: Vec<PartnerShare> = partners
-            .into_iter()
-            .filter(|(_, units)| *units > 0)
-            .map(|(partner, units)| PartnerShare {
-                partner_id: partner.to_owned(),
-                backlog_units: units,
-                share_units: share,
-            })
-            .collect();
-        partners.sort_by_key(|p| std::cmp::Reverse(p.backlog_units));
-        let suppliers: Vec<LaneView> = self
-            .lanes
-            .iter()
-            .zip(&state.learnt)
-            .map(|(lane, learnt)| LaneView {
-                name: lane.name,
-                calls_per_second: lane.calls_per_second,
-                units_per_call: learnt.units_per_call.get(),
-                slowed_down: learnt.slowed_until.is_some_and(|u| u > Instant::now()),
-                capacity_units_per_second: learnt.units_per_second(lane),
-            })
-            .collect();
-        AdmissionView {
-            enabled: self.is_on(),
-            supplier_calls_per_second: capacity.calls_per_second.round() as u32,
-            units_per_call: capacity.units_per_call,
-            slowed_down: suppliers.iter().any(|s| s.slowed_down),
-            suppliers,
-            capacity_units_per_second: per_second,
-            horizon_seconds: self.horizon_seconds,
-            room_units: room,
-            backlog_units: state.total_units(),
-            active_partners: active,
-            refusals: state
-                .refusals
-                .iter()
-                .map(|(busy, n)| (busy.as_str(), *n))
-                .collect(),
-            partners,
-        }
+        state.read = read.by_partner;
+        state.reading.clear();
     }
 
     /// The suppliers' capacities added up, as one: their calls per second
@@ -482,10 +512,19 @@ impl Admission {
         let capacity = self.capacity(&state);
         crate::metrics::admission_view(
             capacity.units_per_second(),
-            capacity.room_units(self.horizon_seconds),
+            state.settling.estimate().unwrap_or(0.0),
+            self.room_units(self.bound(&state)),
             state.total_units(),
             state.active_partners(self.horizon()),
         );
+    }
+
+    /// Units the backlog may hold when it drains as `bound` says (0 when
+    /// nothing bounds it).
+    fn room_units(&self, bound: Option<(f64, Busy)>) -> u64 {
+        bound.map_or(0, |(per_second, _)| {
+            (per_second.max(0.0) * f64::from(self.horizon_seconds)).floor() as u64
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -541,59 +580,6 @@ pub(crate) async fn refresh_until_stopped(
     stop: CancellationToken,
 ) {
     crate::periodic::every(every, &stop, || admission.refresh(&db)).await;
-}
-
-/// `GET /operator/v1/admission`.
-#[derive(Debug, Serialize)]
-pub struct AdmissionView {
-    /// Whether admission limits anything (the supplier has a limit).
-    pub enabled: bool,
-    /// The supplier's documented limit.
-    pub supplier_calls_per_second: u32,
-    /// Units one call moves, as learnt (averaged over the suppliers).
-    pub units_per_call: f64,
-    /// Whether a recent "slow down" answer halves a supplier's capacity.
-    pub slowed_down: bool,
-    /// Each supplier of the route: what it adds to the capacity.
-    pub suppliers: Vec<LaneView>,
-    /// Units per second the supplier can deliver.
-    pub capacity_units_per_second: f64,
-    /// Seconds of supplier work the backlog may hold.
-    pub horizon_seconds: u32,
-    /// Units the backlog may hold: capacity × horizon.
-    pub room_units: u64,
-    /// Live units accepted and not settled, every node's.
-    pub backlog_units: u64,
-    /// Partners with units in the backlog.
-    pub active_partners: u64,
-    /// Refusals on this node since start, by reason.
-    pub refusals: HashMap<&'static str, u64>,
-    /// Each partner with units in the backlog, and the share it may hold.
-    pub partners: Vec<PartnerShare>,
-}
-
-/// One supplier's part of the capacity.
-#[derive(Debug, Serialize)]
-pub struct LaneView {
-    /// The supplier.
-    pub name: &'static str,
-    /// Its documented limit.
-    pub calls_per_second: u32,
-    /// Units one of its calls moves, as learnt.
-    pub units_per_call: f64,
-    /// Whether a recent "slow down" answer halves its capacity.
-    pub slowed_down: bool,
-    /// Units per second it can deliver.
-    pub capacity_units_per_second: f64,
-}
-
-/// One partner's place in the backlog.
-#[derive(Debug, Serialize)]
-pub struct PartnerShare {
-    pub partner_id: String,
-    pub backlog_units: u64,
-    /// Units this partner may hold while the others ask too.
-    pub share_units: u64,
 }
 
 #[cfg(test)]
@@ -692,7 +678,7 @@ mod tests {
     }
 
     #[test]
-    fn one_supplier_without_a_limit_turns_admission_off() {
+    fn one_supplier_without_a_limit_lifts_the_suppliers_bound() {
         let (first, _) = lane("esim_access", 8);
         let (second, _) = lane("airalo", 0);
         let admission = Admission::new(AdmissionArgs {
@@ -700,7 +686,8 @@ mod tests {
             horizon_seconds: 40,
             sellers_of: None,
         });
-        assert!(!admission.is_on());
+        assert!(!admission.suppliers_limited());
+        assert_eq!(admission.allowance("pt_a").units_left(), None);
     }
 
     #[test]
@@ -719,10 +706,68 @@ mod tests {
     }
 
     #[test]
-    fn no_supplier_limit_means_no_admission() {
+    fn no_supplier_limit_and_settling_that_keeps_up_admit_everything() {
         let (admission, _) = admission(0);
-        assert!(!admission.is_on());
+        let start = Instant::now();
+        for second in 0..10 {
+            // Every reading's backlog was settled by the next one.
+            let at = start + Duration::from_secs(second);
+            admission.read_backlog(at, Utc::now(), backlog(2_000, 0));
+        }
         assert_eq!(admission.allowance("pt_a").units_left(), None);
+        let view = admission.view();
+        assert!(!view.enabled);
+        assert_eq!(view.bound_by, None);
+        assert_eq!(view.settling_units_per_second, None);
+    }
+
+    /// A reading holding `units` of `pt_a`, `left` of them accepted before
+    /// the window's first reading.
+    fn backlog(units: u64, left: u64) -> store::orders::LiveBacklog {
+        store::orders::LiveBacklog {
+            by_partner: HashMap::from([("pt_a".to_owned(), units)]),
+            accepted_before: left,
+        }
+    }
+
+    /// With the suppliers' limits lifted, a backlog the fleet works off
+    /// slower than it grows bounds the room by what it settles once it has
+    /// been behind for five seconds; refusals name the settling.
+    #[test]
+    fn settling_that_falls_behind_bounds_the_room() {
+        let (lifted, _) = admission(0);
+        let start = Instant::now();
+        // Each second 100 of the last reading's units settle and 400 more
+        // are accepted.
+        let mut units = 1_000;
+        for second in 0..=5 {
+            let left = units - 100;
+            if second > 0 {
+                units += 300;
+            }
+            let at = start + Duration::from_secs(second);
+            lifted.read_backlog(at, Utc::now(), backlog(units, left));
+            if second < 5 {
+                assert_eq!(lifted.allowance("pt_b").units_left(), None, "{second} s");
+            }
+        }
+        let view = lifted.view();
+        assert_eq!(view.bound_by, Some("settling"), "{view:?}");
+        assert_eq!(view.settling_units_per_second, Some(100.0));
+        // 100 units/s × 40 s = 4,000 units of room; the backlog holds 2,500.
+        assert_eq!(view.room_units, 4_000);
+        assert_eq!(view.backlog_units, 2_500);
+        let mut allowance = lifted.allowance("pt_b");
+        assert!(matches!(allowance.take(2_000), Err((Busy::Settling, _))));
+        assert_eq!(allowance.take(1_500), Ok(()));
+        // With the suppliers' limit below it, the suppliers bound it again.
+        let (limited, _) = admission(1);
+        for second in 0..=5 {
+            let at = start + Duration::from_secs(second);
+            limited.read_backlog(at, Utc::now(), backlog(1_000, 900));
+        }
+        assert_eq!(limited.view().bound_by, Some("suppliers"));
+        assert_eq!(limited.view().room_units, 40);
     }
 
     #[test]

@@ -115,7 +115,6 @@ impl Supply {
                     .horizon(settings.supplier.deadline_seconds),
             }))
         });
-        let admission = admission.filter(|a| a.is_on());
         let suppliers = Suppliers {
             live,
             sandbox: Arc::new(SandboxSupplier::new(Duration::from_millis(

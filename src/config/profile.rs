@@ -5,8 +5,8 @@
 //! `loadtest` lifts every limit that stands between a load test and this
 //! service's own speed: every rate-limit band's every class, the simulated
 //! suppliers' limits and latency, and this service's gates on the
-//! suppliers (which also turns admission off). It is refused when the
-//! simulators are off (production).
+//! suppliers (admission then weighs only this service's own settling). It
+//! is refused when the simulators are off (production).
 
 use anyhow::bail;
 
@@ -66,7 +66,7 @@ fn lift_for_load_test(settings: &mut Settings) -> anyhow::Result<Vec<String>> {
             "simulators.airalo_rate_limit_per_minute = 0",
             "simulators.supplier_latency_ms = 0",
             "simulators.airalo_latency_ms = 0",
-            "supplier.requests_per_second = 0 (admission off)",
+            "supplier.requests_per_second = 0 (admission weighs settling only)",
             "airalo.requests_per_second = 0",
         ]
         .map(str::to_owned),

@@ -7,11 +7,19 @@
 //! that rate, so it may not grow beyond what drains within the horizon:
 //! `capacity × horizon`. That room is shared among the partners that are
 //! waiting for units or asking for them, equally: each may hold at most its
-//! share of it ([`allowance`]).
+//! share of it ([`allowance_at`]).
 //!
 //! With a horizon of at most half the provisioning deadline, a backlog full
 //! to the brim drains well before the deadline of the last unit in it, even
 //! while shares move as partners come and go.
+//!
+//! The same room is also bounded by what this service itself settles a
+//! second while it is behind ([`settling`]): whichever of the two is lower
+//! drains the backlog ([`bound`]).
+
+mod settling;
+
+pub(crate) use settling::{SettleWindow, SettlingRate};
 
 /// What the supplier can take right now, as the estimator sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,11 +38,6 @@ impl Capacity {
     /// Units per second the supplier can deliver.
     pub(crate) fn units_per_second(&self) -> f64 {
         (self.calls_per_second * self.units_per_call * self.slowdown_factor).max(0.0)
-    }
-
-    /// Units the backlog may hold: what drains within `horizon_seconds`.
-    pub(crate) fn room_units(&self, horizon_seconds: u32) -> u64 {
-        (self.units_per_second() * f64::from(horizon_seconds)).floor() as u64
     }
 }
 
@@ -56,6 +59,9 @@ pub enum Busy {
     Capacity,
     /// This partner holds its share of it already.
     FairShare,
+    /// The whole backlog, or this partner's share of it, is at what this
+    /// service itself settles in time.
+    Settling,
 }
 
 impl Busy {
@@ -64,6 +70,7 @@ impl Busy {
         match self {
             Busy::Capacity => "capacity",
             Busy::FairShare => "fair_share",
+            Busy::Settling => "settling",
         }
     }
 }
@@ -203,20 +210,48 @@ fn retry_after(missing: u64, drain_per_second: f64, horizon_seconds: u32) -> u32
     (seconds as u32).clamp(1, horizon_seconds.max(1))
 }
 
-/// The allowance of one partner given the capacity, the horizon and the
-/// backlog: what keeps both its own units within its share and the whole
-/// backlog within `capacity × horizon`.
-pub(crate) fn allowance(capacity: &Capacity, horizon_seconds: u32, backlog: Backlog) -> Allowance {
-    let per_second = capacity.units_per_second();
-    let room = capacity.room_units(horizon_seconds);
+/// The units a second that drain the backlog and what a full room is then
+/// called: the suppliers' capacity or this service's settling, whichever
+/// is lower (a tie goes to the suppliers); `None` when neither bounds it.
+pub(crate) fn bound(suppliers: Option<f64>, settling: Option<f64>) -> Option<(f64, Busy)> {
+    match (suppliers, settling) {
+        (Some(suppliers), Some(settling)) if settling < suppliers => {
+            Some((settling, Busy::Settling))
+        }
+        (Some(suppliers), _) => Some((suppliers, Busy::Capacity)),
+        (None, Some(settling)) => Some((settling, Busy::Settling)),
+        (None, None) => None,
+    }
+}
+
+/// The allowance of one partner given the units a second that drain the
+/// backlog, the horizon and the backlog: what keeps both its own units
+/// within its share and the whole backlog within `per_second × horizon`. A
+/// full room is refused as `full` ([`Busy::Capacity`] or
+/// [`Busy::Settling`]); a full share as [`Busy::FairShare`], or as
+/// [`Busy::Settling`] when that bounds the room.
+pub(crate) fn allowance_at(
+    per_second: f64,
+    full: Busy,
+    horizon_seconds: u32,
+    backlog: Backlog,
+) -> Allowance {
+    let per_second = per_second.max(0.0);
+    let room = (per_second * f64::from(horizon_seconds)).floor() as u64;
     let active = backlog.active_partners.max(1);
     let share = room / active;
     let by_share = share.saturating_sub(backlog.partner_units);
     let by_room = room.saturating_sub(backlog.total_units);
+    // While this service's own settling bounds the room, a full share is
+    // named for it too: what the partner is told is what to wait for.
+    let share_full = match full {
+        Busy::Settling => Busy::Settling,
+        Busy::Capacity | Busy::FairShare => Busy::FairShare,
+    };
     let (units_left, bound_by, drain_per_second) = if by_share <= by_room {
-        (by_share, Busy::FairShare, per_second / active as f64)
+        (by_share, share_full, per_second / active as f64)
     } else {
-        (by_room, Busy::Capacity, per_second)
+        (by_room, full, per_second)
     };
     Allowance {
         units_left: Some(units_left),
@@ -297,6 +332,16 @@ mod tests {
 
     use super::*;
 
+    /// The allowance at the suppliers' `capacity`.
+    fn allowance(capacity: &Capacity, horizon_seconds: u32, backlog: Backlog) -> Allowance {
+        allowance_at(
+            capacity.units_per_second(),
+            Busy::Capacity,
+            horizon_seconds,
+            backlog,
+        )
+    }
+
     fn capacity(units_per_second: f64) -> Capacity {
         Capacity {
             calls_per_second: 1.0,
@@ -346,6 +391,28 @@ mod tests {
         };
         let mut allowance = allowance(&stopped, 40, Backlog::default());
         assert_eq!(allowance.take(1), Err((Busy::FairShare, 40)));
+    }
+
+    #[test]
+    fn the_lower_of_the_two_rates_bounds_and_names_a_full_room() {
+        assert_eq!(bound(None, None), None);
+        assert_eq!(bound(Some(240.0), None), Some((240.0, Busy::Capacity)));
+        assert_eq!(bound(None, Some(90.0)), Some((90.0, Busy::Settling)));
+        assert_eq!(bound(Some(240.0), Some(90.0)), Some((90.0, Busy::Settling)));
+        assert_eq!(bound(Some(60.0), Some(90.0)), Some((60.0, Busy::Capacity)));
+        let backlog = Backlog {
+            total_units: 400,
+            partner_units: 0,
+            active_partners: 2,
+        };
+        let mut allowance = allowance_at(10.0, Busy::Settling, 40, backlog);
+        assert_eq!(allowance.take(30), Err((Busy::Settling, 3)));
+        let mut alone = allowance_at(10.0, Busy::Settling, 40, Backlog::default());
+        assert_eq!(
+            alone.take(401),
+            Err((Busy::Settling, 1)),
+            "its share is full"
+        );
     }
 
     #[test]

@@ -690,14 +690,9 @@ mod tests {
 
     #[test]
     fn live_orders_past_the_allowance_are_refused_uncharged_and_unbound() {
-        use crate::domain::admission::{Backlog, Capacity, allowance};
+        use crate::domain::admission::{Backlog, Busy, allowance_at};
         // Room for two units: 1 unit/s over a 2-second horizon.
-        let capacity = Capacity {
-            calls_per_second: 1.0,
-            units_per_call: 1.0,
-            slowdown_factor: 1.0,
-        };
-        let room = allowance(&capacity, 2, Backlog::default());
+        let room = allowance_at(1.0, Busy::Capacity, 2, Backlog::default());
         let mut sandbox = request("k4", "f", 100);
         sandbox.mode = Mode::Sandbox;
         let requests = [

@@ -16,6 +16,7 @@ use axum::{
 use serde_json::{Map, Value};
 
 use crate::domain::{
+    admission::Busy,
     ordering::Refusal,
     partner::{self, Mode},
 };
@@ -461,11 +462,15 @@ impl From<Refusal> for ApiError {
                     .with_param("Idempotency-Key")
             }
             Refusal::SupplierBusy {
-                busy: _,
+                busy,
                 retry_after_seconds,
             } => ApiError::new(ErrorCode::SupplierError)
                 .with_message(format!(
-                    "The supplier cannot deliver this order within the provisioning deadline right now; nothing was charged. Retry with the same Idempotency-Key after {retry_after_seconds} s."
+                    "{} cannot deliver this order within the provisioning deadline right now; nothing was charged. Retry with the same Idempotency-Key after {retry_after_seconds} s.",
+                    match busy {
+                        Busy::Settling => "Provisioning",
+                        Busy::Capacity | Busy::FairShare => "The supplier",
+                    }
                 ))
                 .with_extra("retry_after_seconds", retry_after_seconds)
                 .with_header(header::RETRY_AFTER, HeaderValue::from(retry_after_seconds)),

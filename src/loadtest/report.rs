@@ -59,9 +59,11 @@ pub(super) fn dominant_refusal(
     if !admission && dominates(refused) {
         return Some(format!(
             "{refused} of {total} answers ({}%) were admission's {ADMISSION_REFUSED} refusals: \
-             the run measured the supplier's limit, not this service's speed. Lift it with \
-             `esim-reseller serve --profile loadtest`, or ESIM__SUPPLIER__REQUESTS_PER_SECOND=0 \
-             (with ESIM__SIMULATORS__SUPPLIER_RATE_LIMIT=0); or pass --admission to test admission",
+             the run measured the supplier's limit or what this service settles in time, not \
+             its speed. Lift the supplier's with `esim-reseller serve --profile loadtest`, or \
+             ESIM__SUPPLIER__REQUESTS_PER_SECOND=0 (with ESIM__SIMULATORS__SUPPLIER_RATE_LIMIT=0), \
+             the settling bound with ESIM__ADMISSION__ENABLED=false; or pass --admission to test \
+             admission",
             share(refused)
         ));
     }

@@ -96,11 +96,16 @@ pub(crate) const RATE_LIMIT_REDIS_FALLBACKS: &str = "esim_rate_limit_redis_fallb
 /// source's budget): `code` (`auth.missing`, `auth.invalid_key`, `auth.key_expired`).
 pub(crate) const AUTH_FAILURES: &str = "esim_auth_failures_total";
 
-/// Live orders refused at admission: `reason` (`capacity`, `fair_share`).
+/// Live orders refused at admission: `reason` (`capacity`, `fair_share`,
+/// `settling`).
 pub(crate) const ADMISSION_REFUSALS: &str = "esim_admission_refusals_total";
 /// Live units per second the supplier can deliver, as admission estimates it.
 pub(crate) const ADMISSION_CAPACITY: &str = "esim_admission_capacity_units_per_second";
-/// Live units the backlog may hold (capacity × horizon).
+/// Live units per second this service settled while behind, as learnt
+/// (0 while it keeps up).
+pub(crate) const ADMISSION_SETTLING: &str = "esim_admission_settling_units_per_second";
+/// Live units the backlog may hold (the lower of the capacity and the
+/// settling rate, × horizon).
 pub(crate) const ADMISSION_ROOM: &str = "esim_admission_room_units";
 /// Live units accepted and not settled, every node's.
 pub(crate) const ADMISSION_BACKLOG: &str = "esim_admission_backlog_units";
@@ -313,8 +318,12 @@ fn describe_internals() {
         "Live units per second the supplier can deliver, as estimated."
     );
     describe_gauge!(
+        ADMISSION_SETTLING,
+        "Live units per second this service settled while behind, as learnt (0 while it keeps up)."
+    );
+    describe_gauge!(
         ADMISSION_ROOM,
-        "Live units the backlog may hold: capacity times the horizon."
+        "Live units the backlog may hold: the lower of the capacity and the settling rate, times the horizon."
     );
     describe_gauge!(
         ADMISSION_BACKLOG,
@@ -422,8 +431,15 @@ pub(crate) fn admission_refused(reason: &'static str) {
 }
 
 /// Admission's latest view.
-pub(crate) fn admission_view(capacity: f64, room: u64, backlog: u64, active_partners: u64) {
+pub(crate) fn admission_view(
+    capacity: f64,
+    settling: f64,
+    room: u64,
+    backlog: u64,
+    active_partners: u64,
+) {
     gauge!(ADMISSION_CAPACITY).set(capacity);
+    gauge!(ADMISSION_SETTLING).set(settling);
     gauge!(ADMISSION_ROOM).set(room as f64);
     gauge!(ADMISSION_BACKLOG).set(backlog as f64);
     gauge!(ADMISSION_ACTIVE_PARTNERS).set(active_partners as f64);

@@ -279,3 +279,113 @@ async fn every_node_counts_the_backlog_of_the_others() {
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
     assert!(retry_after.is_some(), "{body}");
 }
+
+/// A supplier with no limit that takes two seconds to answer each order
+/// (Airalo answers with the profiles): with one unit an order and at most
+/// 64 placements at a time, this service settles about 32 units a second.
+/// No supplier limit bounds the backlog; only what it settles can.
+const SLOW_ANSWERS: &[(&str, &str)] = &[
+    ("suppliers.route", "airalo"),
+    ("airalo.requests_per_second", "0"),
+    ("airalo.timeout_ms", "10000"),
+    ("simulators.airalo_rate_limit_per_minute", "0"),
+    ("simulators.airalo_latency_ms", "2000"),
+    ("supplier.batch_size", "1"),
+    ("admission.horizon_seconds", "3"),
+    ("admission.refresh_ms", "100"),
+    ("rate_limit.bands.gold.write.limit", "100000"),
+    ("rate_limit.bands.gold.read.limit", "100000"),
+];
+
+/// Orders asked for faster than the fleet settles them are accepted until
+/// it has been behind for a few seconds; then they are refused at once at
+/// what it settles, naming provisioning, uncharged, while everything
+/// accepted is delivered in full.
+#[tokio::test]
+async fn settling_that_falls_behind_refuses_at_acceptance_and_delivers_what_it_took() {
+    let app = spawn_app_with(SLOW_ANSWERS).await;
+    let (_, live, _) = gold_partner(&app).await;
+    let mut accepted = Vec::new();
+    let mut charged = 0;
+    let before = live_balance(&app, &live).await;
+    // 50 orders a second: more than it settles.
+    let mut pace = tokio::time::interval(Duration::from_millis(20));
+    let asked_until = tokio::time::Instant::now() + Duration::from_secs(60);
+    let (retry_after, refusal) = loop {
+        pace.tick().await;
+        assert!(
+            tokio::time::Instant::now() < asked_until,
+            "no refusal after {} orders",
+            accepted.len()
+        );
+        let key = format!("admission-settling-{:05}", accepted.len());
+        let (status, retry_after, body) = order(&app, &live, &key).await;
+        match status {
+            StatusCode::ACCEPTED => {
+                charged += body["total_cents"].as_i64().unwrap();
+                accepted.push(body["id"].as_str().unwrap().to_owned());
+            }
+            StatusCode::BAD_GATEWAY => break (retry_after, body),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    };
+    assert_eq!(refusal["error"]["code"], "supplier_error", "{refusal}");
+    let message = refusal["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Provisioning cannot deliver"),
+        "{message}"
+    );
+    let seconds = retry_after.expect("a refusal says when to retry");
+    assert!((1..=3).contains(&seconds), "Retry-After {seconds}");
+    assert_eq!(live_balance(&app, &live).await, before - charged);
+
+    let (_, view) = read(
+        app.operator(Method::GET, "/admission")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(view["bound_by"], "settling", "{view}");
+    let settling = view["settling_units_per_second"].as_f64().unwrap();
+    assert!(settling > 0.0 && settling < 50.0, "{view}");
+    assert!(
+        view["refusals"]["settling"].as_u64().unwrap() >= 1,
+        "{view}"
+    );
+
+    // Everything accepted is delivered in full: nothing refunded.
+    for id in &accepted {
+        eventually(
+            &format!("order {id} completes"),
+            Duration::from_secs(90),
+            || async {
+                let (_, body) = read(
+                    app.as_partner(&live, Method::GET, &format!("/orders/{id}"))
+                        .send()
+                        .await
+                        .unwrap(),
+                )
+                .await;
+                assert_ne!(body["status"], "failed", "{body}");
+                (body["status"] == "completed")
+                    .then(|| assert_eq!(body["refunded_cents"], 0, "{body}"))
+            },
+        )
+        .await;
+    }
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.operator))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("esim_admission_refusals_total{reason=\"settling\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("esim_admission_settling_units_per_second"));
+}

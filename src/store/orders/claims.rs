@@ -197,10 +197,41 @@ fn held_by_select(node: &str) -> Select<order::Entity> {
         .order_by_asc(order::Column::CreatedAt)
 }
 
-/// Live units of orders still processing, per partner: the backlog the
-/// supplier has yet to deliver (every node's orders).
-pub async fn live_backlog<C: ConnectionTrait>(db: &C) -> Result<HashMap<String, u64>, DbErr> {
-    live_units_by(db, order::Column::PartnerId).await
+/// What one reading of the backlog for admission says: the units the
+/// suppliers and this service have yet to deliver (every node's orders).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct LiveBacklog {
+    /// Live units of orders still processing, per partner.
+    pub by_partner: HashMap<String, u64>,
+    /// Of those, the units of orders accepted before the time asked
+    /// about: what is left of an earlier reading's backlog.
+    pub accepted_before: u64,
+}
+
+/// Live units of orders still processing, per partner, and of them the
+/// units of orders accepted before `before`, in one read of the processing
+/// orders.
+pub async fn live_backlog<C: ConnectionTrait>(
+    db: &C,
+    before: DateTime<Utc>,
+) -> Result<LiveBacklog, DbErr> {
+    let older = Expr::case(
+        order::Column::CreatedAt.lt(before),
+        Expr::col(order::Column::Quantity),
+    )
+    .finally(0);
+    let rows: Vec<(String, Option<i64>, Option<i64>)> = live_units_select(order::Column::PartnerId)
+        .column_as(SimpleExpr::from(Func::sum(older)), "older")
+        .into_tuple()
+        .all(db)
+        .await?;
+    let units = |sum: Option<i64>| u64::try_from(sum.unwrap_or(0)).unwrap_or(0);
+    let mut backlog = LiveBacklog::default();
+    for (partner, all, older) in rows {
+        backlog.by_partner.insert(partner, units(all));
+        backlog.accepted_before += units(older);
+    }
+    Ok(backlog)
 }
 
 /// Live units of orders still processing, per plan (every node's).
@@ -305,5 +336,53 @@ mod tests {
         for settled in ["'completed'", "'partially_completed'"] {
             assert!(!definition.contains(settled), "{definition}");
         }
+    }
+
+    /// One reading gives every partner's live processing units and, of
+    /// them, those of orders accepted before the time asked about; sandbox
+    /// and settled orders are not in the backlog.
+    #[tokio::test]
+    async fn the_backlog_says_what_is_left_of_orders_accepted_before_a_time() {
+        let (_dir, db, partner) = crate::store::fixtures::funded_partner("backlog.db").await;
+        let now = Utc::now();
+        let orders = [
+            ("po_old", Mode::Live, OrderStatus::Processing, 2, 10),
+            ("po_older", Mode::Live, OrderStatus::Processing, 3, 5),
+            ("po_new", Mode::Live, OrderStatus::Processing, 1, 0),
+            ("po_sandbox", Mode::Sandbox, OrderStatus::Processing, 4, 10),
+            ("po_done", Mode::Live, OrderStatus::Completed, 7, 10),
+        ];
+        for (id, mode, status, quantity, age) in orders {
+            order::ActiveModel::from(order::Model {
+                id: id.into(),
+                partner_id: partner.clone(),
+                mode,
+                idempotency_key: id.into(),
+                plan_id: "pl_x".into(),
+                quantity,
+                unit_price_cents: 100,
+                total_cents: 100 * i64::from(quantity),
+                list_unit_cents: 100,
+                price_source: "tier:gold".into(),
+                metadata: serde_json::json!({}),
+                status,
+                failure_code: None,
+                refunded_cents: 0,
+                attempts: 0,
+                claimed_until: None,
+                claimed_by: None,
+                created_at: now - chrono::Duration::seconds(age),
+                completed_at: None,
+            })
+            .reset_all()
+            .insert(&db)
+            .await
+            .unwrap();
+        }
+        let read = live_backlog(&db, now - chrono::Duration::seconds(3))
+            .await
+            .unwrap();
+        assert_eq!(read.by_partner, HashMap::from([(partner, 6)]));
+        assert_eq!(read.accepted_before, 5);
     }
 }

@@ -11,7 +11,7 @@ use entities::{esim, float, idempotency_key, ledger_entry, order, order_unit};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait,
     QueryFilter, QueryOrder, QuerySelect,
-    sea_query::{Expr, ExprTrait, SimpleExpr},
+    sea_query::{Expr, ExprTrait, Func, SimpleExpr},
 };
 
 use super::{Db, bulk, nodes, write_alone};
