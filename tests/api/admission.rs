@@ -69,6 +69,24 @@ async fn order(app: &TestApp, secret: &str, key: &str) -> (StatusCode, Option<u3
     (status, retry_after, body)
 }
 
+/// Waits until each of `orders` completed, none failed or refunded.
+async fn delivered_in_full(app: &TestApp, secret: &str, orders: &[String], within: Duration) {
+    for id in orders {
+        eventually(&format!("order {id} completes"), within, || async {
+            let (_, body) = read(
+                app.as_partner(secret, Method::GET, &format!("/orders/{id}"))
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await;
+            assert_ne!(body["status"], "failed", "{body}");
+            (body["status"] == "completed").then(|| assert_eq!(body["refunded_cents"], 0, "{body}"))
+        })
+        .await;
+    }
+}
+
 async fn live_balance(app: &TestApp, secret: &str) -> i64 {
     let (_, body) = read(
         app.as_partner(secret, Method::GET, "/balance")
@@ -151,25 +169,7 @@ async fn a_burst_beyond_capacity_is_refused_at_once_uncharged_and_retried_with_t
         accepted.push(id);
     }
     // Every accepted order is delivered in full: nothing refunded.
-    for id in &accepted {
-        eventually(
-            &format!("order {id} completes"),
-            Duration::from_secs(60),
-            || async {
-                let (_, body) = read(
-                    app.as_partner(&live, Method::GET, &format!("/orders/{id}"))
-                        .send()
-                        .await
-                        .unwrap(),
-                )
-                .await;
-                assert_ne!(body["status"], "failed", "{body}");
-                (body["status"] == "completed")
-                    .then(|| assert_eq!(body["refunded_cents"], 0, "{body}"))
-            },
-        )
-        .await;
-    }
+    delivered_in_full(&app, &live, &accepted, Duration::from_secs(60)).await;
 
     // Operators see the refusals, in the view and in the metrics.
     let (status, view) = read(
@@ -189,15 +189,7 @@ async fn a_burst_beyond_capacity_is_refused_at_once_uncharged_and_retried_with_t
         .map(|n| n.as_u64().unwrap())
         .sum();
     assert!(refusals >= (12 - ROOM) as u64, "{view}");
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.operator))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains("esim_admission_refusals_total{reason="),
         "{metrics}"
@@ -355,34 +347,8 @@ async fn settling_that_falls_behind_refuses_at_acceptance_and_delivers_what_it_t
     );
 
     // Everything accepted is delivered in full: nothing refunded.
-    for id in &accepted {
-        eventually(
-            &format!("order {id} completes"),
-            Duration::from_secs(90),
-            || async {
-                let (_, body) = read(
-                    app.as_partner(&live, Method::GET, &format!("/orders/{id}"))
-                        .send()
-                        .await
-                        .unwrap(),
-                )
-                .await;
-                assert_ne!(body["status"], "failed", "{body}");
-                (body["status"] == "completed")
-                    .then(|| assert_eq!(body["refunded_cents"], 0, "{body}"))
-            },
-        )
-        .await;
-    }
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.operator))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    delivered_in_full(&app, &live, &accepted, Duration::from_secs(90)).await;
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains("esim_admission_refusals_total{reason=\"settling\"}"),
         "{metrics}"

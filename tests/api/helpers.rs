@@ -133,6 +133,18 @@ impl TestApp {
             .bearer_auth(OPERATOR_TOKEN)
     }
 
+    /// The operator listener's `/metrics` page, as text.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.operator))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// A request to the operator API with a named operator's `token`.
     pub fn as_operator(&self, token: &str, method: Method, path: &str) -> reqwest::RequestBuilder {
         self.client

@@ -416,15 +416,7 @@ async fn during_the_outage(first: &TestApp, second: &TestApp) -> (String, Reset)
         assert!(view["calls_failed"].as_u64().unwrap() >= 1, "{view}");
         assert!(view["calls_in_memory"].as_u64().unwrap() >= 1, "{view}");
     }
-    let metrics = first
-        .client
-        .get(format!("{}/metrics", first.operator))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = first.metrics().await;
     assert!(metric(&metrics, "esim_rate_limit_redis_fallbacks_total") >= 1.0);
     assert!(metric(&metrics, "esim_rate_limit_redis_failures_total") >= 1.0);
     (bronze, window)

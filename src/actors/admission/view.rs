@@ -91,7 +91,7 @@ pub struct AdmissionView {
     /// Units per second the supplier can deliver.
     pub capacity_units_per_second: f64,
     /// Units per second the fleet settled while behind, as learnt (`null`
-    /// while it keeps up); it bounds the room once behind for a few seconds.
+    /// while it keeps up); it bounds the room once behind for two seconds.
     pub settling_units_per_second: Option<f64>,
     /// Seconds of supplier work the backlog may hold.
     pub horizon_seconds: u32,

@@ -49,7 +49,7 @@ impl SettleWindow {
     }
 }
 
-/// Weight of each busy window in the estimate.
+/// Weight of a busy window faster than the estimate (a slower one sets it).
 const LEARNING_RATE: f64 = 0.3;
 
 /// A running estimate of the units this service settles a second while
@@ -79,9 +79,12 @@ impl SettlingRate {
         if window.busy() {
             self.quiet_seconds = 0.0;
             self.busy_seconds += window.seconds;
+            // Down at once, up slowly: a backlog admitted at a rate the
+            // pipeline no longer keeps is work every later order waits
+            // behind, while one admitted too slowly is only refused early.
             self.estimate = Some(match self.estimate {
-                None => rate,
-                Some(estimate) => estimate + LEARNING_RATE * (rate - estimate),
+                Some(estimate) if rate > estimate => estimate + LEARNING_RATE * (rate - estimate),
+                _ => rate,
             });
             return;
         }
@@ -89,7 +92,8 @@ impl SettlingRate {
         if self.quiet_seconds >= forget_after {
             *self = Self::default();
         } else if let Some(estimate) = self.estimate.as_mut() {
-            // Caught up for now: it settled all it had, at least this fast.
+            // Not behind now: it settled more than it left, and what it
+            // settled it can settle, so the estimate is at least this.
             *estimate = estimate.max(rate);
         }
     }
@@ -171,6 +175,16 @@ mod tests {
         assert_eq!(rate.bound(5.0), Some(100.0), "not yet a whole horizon");
         rate.observe(window(50, 0), 40.0);
         assert_eq!(rate.bound(5.0), None);
+    }
+
+    #[test]
+    fn a_slower_busy_window_sets_the_estimate_a_faster_one_raises_it_slowly() {
+        let mut rate = SettlingRate::default();
+        rate.observe(window(1_000, 900), 40.0);
+        rate.observe(window(1_000, 950), 40.0);
+        assert_eq!(rate.estimate(), Some(50.0));
+        rate.observe(window(1_000, 850), 40.0);
+        assert_eq!(rate.estimate(), Some(50.0 + 0.3 * 100.0));
     }
 
     #[test]
