@@ -60,14 +60,10 @@ const LEARN_EVERY: Duration = Duration::from_secs(5);
 const SETTLING_BOUNDS_AFTER: f64 = 2.0;
 
 /// The share of the horizon's work at the settling rate the backlog may
-/// hold. Half: the rate moves with the load it is measured under, and the
-/// backlog admitted at it waits through whatever comes after. In a 60 s
-/// drive of five-unit orders from a client that ignored `Retry-After` (the
-/// refusals, cheaper than acceptances, came three times as fast and took
-/// the pipeline's CPU), the rate fell from about 10,000 units a second to
-/// 3,000 while the backlog admitted at the first stayed: with the whole
-/// horizon, the last of it waited 90 s, against the spec's 92; with half,
-/// 49 s.
+/// hold. Half: the rate moves with the load it is measured under (it fell
+/// from 10,000 units a second to 3,000 under a flood of refused asks, while
+/// what was admitted at the first still waited: 90 s with the whole
+/// horizon, 49 s with half; docs/admission.md).
 const SETTLING_ROOM_SHARE: f64 = 0.5;
 
 /// Shortest window over which what the fleet settled is read: shorter
