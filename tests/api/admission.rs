@@ -87,6 +87,17 @@ async fn delivered_in_full(app: &TestApp, secret: &str, orders: &[String], withi
     }
 }
 
+/// What `GET /operator/v1/admission` answers.
+async fn admission_view(app: &TestApp) -> (StatusCode, Value) {
+    read(
+        app.operator(Method::GET, "/admission")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+}
+
 async fn live_balance(app: &TestApp, secret: &str) -> i64 {
     let (_, body) = read(
         app.as_partner(secret, Method::GET, "/balance")
@@ -172,13 +183,7 @@ async fn a_burst_beyond_capacity_is_refused_at_once_uncharged_and_retried_with_t
     delivered_in_full(&app, &live, &accepted, Duration::from_secs(60)).await;
 
     // Operators see the refusals, in the view and in the metrics.
-    let (status, view) = read(
-        app.operator(Method::GET, "/admission")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, view) = admission_view(&app).await;
     assert_eq!(status, StatusCode::OK, "{view}");
     assert_eq!(view["enabled"], true, "{view}");
     assert_eq!(view["supplier_calls_per_second"], 2, "{view}");
@@ -220,13 +225,7 @@ async fn equal_partners_asking_in_turn_share_the_room() {
         "each got about half: {held:?}"
     );
 
-    let (_, view) = read(
-        app.operator(Method::GET, "/admission")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let view = admission_view(&app).await.1;
     let partners = view["partners"].as_array().unwrap();
     for id in [&a_id, &b_id] {
         let row = partners
@@ -256,13 +255,7 @@ async fn every_node_counts_the_backlog_of_the_others() {
         "node two sees node one's backlog",
         Duration::from_secs(10),
         || async {
-            let (_, view) = read(
-                two.operator(Method::GET, "/admission")
-                    .send()
-                    .await
-                    .unwrap(),
-            )
-            .await;
+            let view = admission_view(&two).await.1;
             (view["backlog_units"] == ROOM as u64).then_some(())
         },
     )
@@ -331,13 +324,7 @@ async fn settling_that_falls_behind_refuses_at_acceptance_and_delivers_what_it_t
     assert!((1..=3).contains(&seconds), "Retry-After {seconds}");
     assert_eq!(live_balance(&app, &live).await, before - charged);
 
-    let (_, view) = read(
-        app.operator(Method::GET, "/admission")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let view = admission_view(&app).await.1;
     assert_eq!(view["bound_by"], "settling", "{view}");
     let settling = view["settling_units_per_second"].as_f64().unwrap();
     assert!(settling > 0.0 && settling < 50.0, "{view}");
