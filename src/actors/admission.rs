@@ -9,9 +9,10 @@
 //!   units of orders still processing, per partner, on every node, so the
 //!   whole fleet shares one room. Units admitted on this node since the last
 //!   reading are added on top until the next one includes them.
-//! - **Settling**: each reading also says how much of the last one's
-//!   backlog is still processing, so the units the fleet settled between
-//!   the two; while the pipeline is behind, that rate bounds the room too
+//! - **Settling**: each reading also says how much of the backlog at the
+//!   settling window's start is still processing, so the units the fleet
+//!   settled in the window; while the pipeline is behind, that rate over
+//!   half the horizon bounds the room too
 //!   ([`crate::domain::admission::SettlingRate`]), whatever the suppliers'
 //!   limits (lifted or not).
 //!
@@ -25,14 +26,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     domain::{
         admission::{
-            self, Allowance, Backlog, Busy, Capacity, GroupRoom, Sellers, SettleWindow,
-            SettlingRate, UnitsPerCall,
+            self, Allowance, Backlog, Busy, Capacity, GroupRoom, Sellers, SettlingRate,
+            UnitsPerCall,
         },
         time,
     },
@@ -40,7 +40,10 @@ use crate::{
     supplier::{gate::RateGate, metered::Tally},
 };
 
+mod settling;
 mod view;
+
+use settling::Reading;
 
 /// How long a "slow down" answer halves the capacity.
 const SLOWDOWN_MEMORY: Duration = Duration::from_secs(10);
@@ -51,25 +54,6 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 /// How long the supplier's tally is summed before units per call are
 /// learnt from it: long enough for several calls at any documented limit.
 const LEARN_EVERY: Duration = Duration::from_secs(5);
-
-/// Busy seconds of this service's settling before its rate bounds the
-/// room: two windows, so that one reading alone never refuses anything.
-/// Longer only lets the first burst of a load the pipeline cannot keep up
-/// with grow further past the room before anything is refused; the room
-/// itself (the horizon's work) is what admits bursts.
-const SETTLING_BOUNDS_AFTER: f64 = 2.0;
-
-/// The share of the horizon's work at the settling rate the backlog may
-/// hold. Half: the rate moves with the load it is measured under (it fell
-/// from 10,000 units a second to 3,000 under a flood of refused asks, while
-/// what was admitted at the first still waited: 90 s with the whole
-/// horizon, 49 s with half; docs/admission.md).
-const SETTLING_ROOM_SHARE: f64 = 0.5;
-
-/// Shortest window over which what the fleet settled is read: shorter
-/// ones (the backlog may be read every 100 ms) would often settle nothing
-/// while a slow pipeline works.
-const SETTLE_WINDOW: Duration = Duration::from_secs(1);
 
 /// What admission needs to know about one supplier of the route.
 pub struct LaneArgs {
@@ -163,17 +147,6 @@ struct State {
     window_start: Option<Reading>,
 }
 
-/// When a reading of the backlog was taken, and what it held.
-#[derive(Debug, Clone, Copy)]
-struct Reading {
-    /// On this node's monotonic clock, for the window's length.
-    at: Instant,
-    /// On the wall clock the orders' acceptance times are written in.
-    wall: DateTime<Utc>,
-    /// Live units processing, every partner's.
-    units: u64,
-}
-
 impl State {
     fn partner_units(&self, partner: &str) -> u64 {
         [&self.read, &self.reading, &self.since]
@@ -250,24 +223,10 @@ impl Admission {
         !self.lanes.is_empty() && self.lanes.iter().all(|lane| lane.calls_per_second > 0)
     }
 
-    /// What drains the backlog now, and what a full room is called: the
-    /// suppliers' capacity or this service's settling, the lower; `None`
-    /// when neither bounds it.
-    fn bound(&self, state: &State) -> Option<(f64, Busy)> {
-        let suppliers = self
-            .suppliers_limited()
-            .then(|| self.capacity(state).units_per_second());
-        let settling = state
-            .settling
-            .bound(SETTLING_BOUNDS_AFTER)
-            .map(|rate| rate * SETTLING_ROOM_SHARE);
-        admission::bound(suppliers, settling)
-    }
-
     /// What one partner may be admitted now.
     pub fn allowance(&self, partner_id: &str) -> Allowance {
         let mut state = self.lock();
-        let Some((per_second, full)) = self.bound(&state) else {
+        let Some(drain) = self.bound(&state) else {
             return Allowance::unlimited();
         };
         state.asked.insert(partner_id.to_owned(), Instant::now());
@@ -276,7 +235,7 @@ impl Admission {
             partner_units: state.partner_units(partner_id),
             active_partners: state.active_partners(self.horizon()),
         };
-        admission::allowance_at(per_second, full, self.horizon_seconds, backlog)
+        admission::allowance_at(drain.per_second, drain.full, drain.horizon_seconds, backlog)
     }
 
     /// What one partner may be admitted now for orders of `plans`: its
@@ -421,7 +380,7 @@ impl Admission {
 
     /// Reads the backlog from the database, learns from the supplier's
     /// tally since the last refresh and from what the fleet settled since
-    /// the last reading.
+    /// the settling window began.
     pub async fn refresh(&self, db: &Db) {
         self.learn();
         {
@@ -447,40 +406,6 @@ impl Admission {
             }
         }
         self.publish();
-    }
-
-    /// Takes a reading of the backlog begun at `at` (`wall`): it replaces
-    /// the last one, and, once the settling window is [`SETTLE_WINDOW`]
-    /// long and settled something, what is left of the units of the
-    /// window's first reading says what the fleet settled during it; a new
-    /// window begins.
-    fn read_backlog(&self, at: Instant, wall: DateTime<Utc>, read: store::orders::LiveBacklog) {
-        let units = read.by_partner.values().sum();
-        let reading = Reading { at, wall, units };
-        let mut state = self.lock();
-        match state.window_start {
-            None => state.window_start = Some(reading),
-            Some(start) if at.saturating_duration_since(start.at) >= SETTLE_WINDOW => {
-                let elapsed = at.saturating_duration_since(start.at);
-                let window = SettleWindow {
-                    seconds: elapsed.as_secs_f64(),
-                    before: start.units,
-                    left: read.accepted_before.min(start.units),
-                };
-                // A window that settled nothing yet stays open (a slow
-                // pipeline settles something over a longer one), up to a
-                // horizon; past that it is dropped unlearnt.
-                if !window.stalled() || elapsed >= self.horizon() {
-                    state
-                        .settling
-                        .observe(window, f64::from(self.horizon_seconds));
-                    state.window_start = Some(reading);
-                }
-            }
-            Some(_) => {}
-        }
-        state.read = read.by_partner;
-        state.reading.clear();
     }
 
     /// The suppliers' capacities added up, as one: their calls per second
@@ -527,18 +452,10 @@ impl Admission {
         crate::metrics::admission_view(
             capacity.units_per_second(),
             state.settling.estimate().unwrap_or(0.0),
-            self.room_units(self.bound(&state)),
+            Self::room_units(self.bound(&state)),
             state.total_units(),
             state.active_partners(self.horizon()),
         );
-    }
-
-    /// Units the backlog may hold when it drains as `bound` says (0 when
-    /// nothing bounds it).
-    fn room_units(&self, bound: Option<(f64, Busy)>) -> u64 {
-        bound.map_or(0, |(per_second, _)| {
-            (per_second.max(0.0) * f64::from(self.horizon_seconds)).floor() as u64
-        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -598,6 +515,8 @@ pub(crate) async fn refresh_until_stopped(
 
 #[cfg(test)]
 mod tests {
+    use chrono::Utc;
+
     use super::*;
 
     fn lane(name: &'static str, calls_per_second: u32) -> (LaneArgs, Arc<RateGate>) {

@@ -104,8 +104,8 @@ pub(crate) const ADMISSION_CAPACITY: &str = "esim_admission_capacity_units_per_s
 /// Live units per second this service settled while behind, as learnt
 /// (0 while it keeps up).
 pub(crate) const ADMISSION_SETTLING: &str = "esim_admission_settling_units_per_second";
-/// Live units the backlog may hold (the lower of the capacity and the
-/// settling rate, × horizon).
+/// Live units the backlog may hold (the lower of the capacity × horizon and
+/// the settling rate × half the horizon).
 pub(crate) const ADMISSION_ROOM: &str = "esim_admission_room_units";
 /// Live units accepted and not settled, every node's.
 pub(crate) const ADMISSION_BACKLOG: &str = "esim_admission_backlog_units";
@@ -323,7 +323,7 @@ fn describe_internals() {
     );
     describe_gauge!(
         ADMISSION_ROOM,
-        "Live units the backlog may hold: the lower of the capacity and the settling rate, times the horizon."
+        "Live units the backlog may hold: the lower of the capacity times the horizon and the settling rate times half of it."
     );
     describe_gauge!(
         ADMISSION_BACKLOG,

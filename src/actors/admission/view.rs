@@ -14,7 +14,7 @@ impl Admission {
         let state = self.lock();
         let capacity = self.capacity(&state);
         let bound = self.bound(&state);
-        let room = self.room_units(bound);
+        let room = Self::room_units(bound);
         let active = state.active_partners(self.horizon());
         let mut partners: HashMap<&str, u64> = HashMap::new();
         for map in [&state.read, &state.reading, &state.since] {
@@ -47,7 +47,7 @@ impl Admission {
             .collect();
         AdmissionView {
             enabled: bound.is_some(),
-            bound_by: bound.map(|(_, full)| match full {
+            bound_by: bound.map(|drain| match drain.full {
                 Busy::Settling => "settling",
                 Busy::Capacity | Busy::FairShare => "suppliers",
             }),
@@ -95,8 +95,8 @@ pub struct AdmissionView {
     pub settling_units_per_second: Option<f64>,
     /// Seconds of supplier work the backlog may hold.
     pub horizon_seconds: u32,
-    /// Units the backlog may hold: the lower of the capacity and the
-    /// settling rate, × horizon (0 when nothing bounds it).
+    /// Units the backlog may hold: the lower of the capacity × horizon and
+    /// the settling rate × half the horizon (0 when nothing bounds it).
     pub room_units: u64,
     /// Live units accepted and not settled, every node's.
     pub backlog_units: u64,
