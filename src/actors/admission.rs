@@ -398,7 +398,7 @@ impl Admission {
             self.read_plan_backlog(db).await;
         }
         let (at, wall) = (Instant::now(), time::now());
-        let before = self.lock().window_start.map_or(wall, |start| start.wall);
+        let before = self.window_began(wall);
         match store::orders::live_backlog(db, before).await {
             Ok(read) => self.read_backlog(at, wall, read),
             Err(err) => {
@@ -452,7 +452,7 @@ impl Admission {
         crate::metrics::admission_view(
             capacity.units_per_second(),
             state.settling.estimate().unwrap_or(0.0),
-            Self::room_units(self.bound(&state)),
+            self.bound(&state).map_or(0, |drain| drain.room_units()),
             state.total_units(),
             state.active_partners(self.horizon()),
         );

@@ -210,17 +210,36 @@ fn retry_after(missing: u64, drain_per_second: f64, horizon_seconds: u32) -> u32
     (seconds as u32).clamp(1, horizon_seconds.max(1))
 }
 
-/// The units a second that drain the backlog and what a full room is then
-/// called: the suppliers' capacity or this service's settling, whichever
-/// is lower (a tie goes to the suppliers); `None` when neither bounds it.
-pub(crate) fn bound(suppliers: Option<f64>, settling: Option<f64>) -> Option<(f64, Busy)> {
+/// What drains the backlog, over how long, and what a full room is called.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Drain {
+    /// Units a second.
+    pub per_second: f64,
+    /// [`Busy::Capacity`] (the suppliers) or [`Busy::Settling`].
+    pub full: Busy,
+    /// The seconds of that work the backlog may hold.
+    pub horizon_seconds: u32,
+}
+
+impl Drain {
+    /// Units the backlog may hold.
+    pub(crate) fn room_units(&self) -> u64 {
+        self.room().floor() as u64
+    }
+
+    fn room(&self) -> f64 {
+        self.per_second.max(0.0) * f64::from(self.horizon_seconds)
+    }
+}
+
+/// What bounds the backlog: the suppliers' drain or this service's
+/// settling, whichever room is smaller (a tie goes to the suppliers);
+/// `None` when neither bounds it.
+pub(crate) fn bound(suppliers: Option<Drain>, settling: Option<Drain>) -> Option<Drain> {
     match (suppliers, settling) {
-        (Some(suppliers), Some(settling)) if settling < suppliers => {
-            Some((settling, Busy::Settling))
-        }
-        (Some(suppliers), _) => Some((suppliers, Busy::Capacity)),
-        (None, Some(settling)) => Some((settling, Busy::Settling)),
-        (None, None) => None,
+        (Some(suppliers), Some(settling)) if settling.room() < suppliers.room() => Some(settling),
+        (Some(suppliers), _) => Some(suppliers),
+        (None, settling) => settling,
     }
 }
 
@@ -395,11 +414,24 @@ mod tests {
 
     #[test]
     fn the_lower_of_the_two_rates_bounds_and_names_a_full_room() {
+        let drain = |per_second, full| Drain {
+            per_second,
+            full,
+            horizon_seconds: 40,
+        };
+        let suppliers = |per_second| drain(per_second, Busy::Capacity);
+        let settling = |per_second| drain(per_second, Busy::Settling);
         assert_eq!(bound(None, None), None);
-        assert_eq!(bound(Some(240.0), None), Some((240.0, Busy::Capacity)));
-        assert_eq!(bound(None, Some(90.0)), Some((90.0, Busy::Settling)));
-        assert_eq!(bound(Some(240.0), Some(90.0)), Some((90.0, Busy::Settling)));
-        assert_eq!(bound(Some(60.0), Some(90.0)), Some((60.0, Busy::Capacity)));
+        assert_eq!(bound(Some(suppliers(240.0)), None), Some(suppliers(240.0)));
+        assert_eq!(bound(None, Some(settling(90.0))), Some(settling(90.0)));
+        assert_eq!(
+            bound(Some(suppliers(240.0)), Some(settling(90.0))),
+            Some(settling(90.0))
+        );
+        assert_eq!(
+            bound(Some(suppliers(60.0)), Some(settling(90.0))),
+            Some(suppliers(60.0))
+        );
         let backlog = Backlog {
             total_units: 400,
             partner_units: 0,

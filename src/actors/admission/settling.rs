@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::{Admission, State};
 use crate::{
-    domain::admission::{self, Busy, SettleWindow},
+    domain::admission::{self, Busy, Drain, SettleWindow},
     store,
 };
 
@@ -31,24 +31,13 @@ const SETTLING_ROOM_SHARE: f64 = 0.5;
 /// while a slow pipeline works.
 const SETTLE_WINDOW: Duration = Duration::from_secs(1);
 
-/// What drains the backlog, over how long, and what a full room is called.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Drain {
-    /// Units a second.
-    pub(super) per_second: f64,
-    /// [`Busy::Capacity`] (the suppliers) or [`Busy::Settling`].
-    pub(super) full: Busy,
-    /// The seconds of that work the backlog may hold.
-    pub(super) horizon_seconds: u32,
-}
-
 /// When a reading of the backlog was taken, and what it held.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Reading {
     /// On this node's monotonic clock, for the window's length.
     at: Instant,
     /// On the wall clock the orders' acceptance times are written in.
-    pub(super) wall: DateTime<Utc>,
+    wall: DateTime<Utc>,
     /// Live units processing, every partner's.
     units: u64,
 }
@@ -58,29 +47,31 @@ impl Admission {
     /// horizon, or this service's settling rate over its share of it,
     /// whichever room is smaller; `None` when neither bounds it.
     pub(super) fn bound(&self, state: &State) -> Option<Drain> {
-        let suppliers = self
-            .suppliers_limited()
-            .then(|| self.capacity(state).units_per_second());
-        let settling = state.settling.bound(SETTLING_BOUNDS_AFTER);
-        // Compared at the rates that fill the same horizon.
-        let settling_at = settling.map(|rate| rate * SETTLING_ROOM_SHARE);
-        match admission::bound(suppliers, settling_at)? {
-            (_, Busy::Settling) => settling.map(|per_second| Drain {
+        let suppliers = self.suppliers_limited().then(|| Drain {
+            per_second: self.capacity(state).units_per_second(),
+            full: Busy::Capacity,
+            horizon_seconds: self.horizon_seconds,
+        });
+        let settling = state
+            .settling
+            .bound(SETTLING_BOUNDS_AFTER)
+            .map(|per_second| Drain {
                 per_second,
                 full: Busy::Settling,
                 horizon_seconds: self.settling_horizon(),
-            }),
-            (per_second, full) => Some(Drain {
-                per_second,
-                full,
-                horizon_seconds: self.horizon_seconds,
-            }),
-        }
+            });
+        admission::bound(suppliers, settling)
     }
 
     /// The seconds of settling the backlog may hold: the horizon's share.
     fn settling_horizon(&self) -> u32 {
         ((f64::from(self.horizon_seconds) * SETTLING_ROOM_SHARE).floor() as u32).max(1)
+    }
+
+    /// Since when units still processing count as left of the settling
+    /// window's first reading (`now` when no window has begun).
+    pub(super) fn window_began(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        self.lock().window_start.map_or(now, |start| start.wall)
     }
 
     /// Takes a reading of the backlog begun at `at` (`wall`): it replaces
@@ -97,10 +88,12 @@ impl Admission {
         let units = read.by_partner.values().sum();
         let reading = Reading { at, wall, units };
         let mut state = self.lock();
-        match state.window_start {
+        let elapsed = state
+            .window_start
+            .map(|start| (start, at.saturating_duration_since(start.at)));
+        match elapsed {
             None => state.window_start = Some(reading),
-            Some(start) if at.saturating_duration_since(start.at) >= SETTLE_WINDOW => {
-                let elapsed = at.saturating_duration_since(start.at);
+            Some((start, elapsed)) if elapsed >= SETTLE_WINDOW => {
                 let window = SettleWindow {
                     seconds: elapsed.as_secs_f64(),
                     before: start.units,
@@ -120,13 +113,5 @@ impl Admission {
         }
         state.read = read.by_partner;
         state.reading.clear();
-    }
-
-    /// Units the backlog may hold as `bound` says (0 when nothing bounds
-    /// it).
-    pub(super) fn room_units(bound: Option<Drain>) -> u64 {
-        bound.map_or(0, |drain| {
-            (drain.per_second.max(0.0) * f64::from(drain.horizon_seconds)).floor() as u64
-        })
     }
 }

@@ -14,7 +14,7 @@ impl Admission {
         let state = self.lock();
         let capacity = self.capacity(&state);
         let bound = self.bound(&state);
-        let room = Self::room_units(bound);
+        let room = bound.map_or(0, |drain| drain.room_units());
         let active = state.active_partners(self.horizon());
         let mut partners: HashMap<&str, u64> = HashMap::new();
         for map in [&state.read, &state.reading, &state.since] {
