@@ -26,6 +26,10 @@
 #                               seconds, 30; SETTLING_PARTNERS, 1), per database:
 #                               every order's wait from acceptance to settlement, those
 #                               past the spec's 92 s, refunds, refusals at acceptance
+#   scripts/bench.sh pace       a supplier that takes fewer calls than the gate was
+#                               told (nothing, its limit, twice it): how long orders
+#                               take to settle, its refusals for the rate, the pace
+#                               learnt from them
 #
 # PARTNER_COUNTS="1 100" and DATABASES=sqlite (or postgres) run a part of it.
 # Many partners' requests draw their partner at random (PARTNER_ORDER=turn
@@ -327,6 +331,28 @@ settling() {
   done
   stop_all
 }
+# A supplier that takes fewer calls than this service was told: the
+# simulator enforces PACE_LIMIT requests a second (8, eSIM Access's
+# documented limit) and profiles take SUPPLIER_LATENCY_MS (1000) to
+# allocate; the gate is told nothing (0), the limit itself, and twice it
+# (as two nodes on one account without Redis would be). An open loop of
+# SUPPLIER_RATE (80) orders a second from 20 partners for DURATION seconds,
+# SQLite; then the seconds until every order settled, the refunds, what the
+# supplier saw (requests, those refused for the rate) and the pace learnt.
+pace() {
+  local limit="${PACE_LIMIT:-8}" told result settle stats view
+  for told in 0 "$limit" $((limit * 2)); do
+    start_server "sqlite://$work/pace-$told-$RANDOM.db?mode=rwc" batch \
+      ESIM__SIMULATORS__SUPPLIER_RATE_LIMIT="$limit" ESIM__SUPPLIER__REQUESTS_PER_SECOND="$told" \
+      ESIM__SIMULATORS__SUPPLIER_LATENCY_MS="${SUPPLIER_LATENCY_MS:-1000}" ESIM__SUPPLIER__POLL_INTERVAL_MS=500
+    result=$(load --partners 20 --rate "${SUPPLIER_RATE:-80}" --duration "$DURATION" --concurrency 64)
+    settle=$(wait_settled "${PACE_WAIT:-300}")
+    stats=$(curl -sf http://127.0.0.1:18590/sim/supplier/stats)
+    view=$(operator GET /suppliers | jq -c '.data[0] | {calls, slow_downs, learnt_requests_per_second}')
+    echo "{\"pace\":{\"supplier_limit\":$limit,\"told\":$told},\"result\":$result,\"seconds_to_settle_after_the_run\":$settle,\"supplier_stats\":$stats,\"gate\":${view:-null}}"
+    stop_server
+  done
+}
 # order_waits <database url>: live orders by status, and their waits from
 # acceptance to settlement (p50, p99, the longest, how many past 92 s).
 order_waits() {
@@ -359,6 +385,7 @@ if [ "${1:-all}" = instructions ]; then instructions; exit 0; fi
 if [ "${1:-all}" = profile ]; then profile_orders; exit 0; fi
 if [ "${1:-all}" = statements ]; then statements; exit 0; fi
 if [ "${1:-all}" = settling ]; then settling; exit 0; fi
+if [ "${1:-all}" = pace ]; then pace; exit 0; fi
 orders_side_by_side
 
 for database in "${databases[@]}"; do

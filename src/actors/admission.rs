@@ -553,7 +553,7 @@ mod tests {
         // (8 + 4) calls/s × 1 unit per call × 40 s.
         assert_eq!(admission.view().room_units, 480);
         assert_eq!(admission.view().suppliers.len(), 2);
-        slowed.slow_down(Duration::from_millis(1));
+        slowed.hold(Duration::from_millis(1));
         admission.learn();
         // Only the second one halves: (8 + 2) × 40.
         assert_eq!(admission.view().room_units, 400);
@@ -713,7 +713,7 @@ mod tests {
     #[test]
     fn a_slow_down_answer_halves_the_capacity() {
         let (admission, gate) = admission(8);
-        gate.slow_down(Duration::from_millis(1));
+        gate.hold(Duration::from_millis(1));
         admission.learn();
         assert_eq!(admission.view().room_units, 160);
         assert!(admission.view().slowed_down);

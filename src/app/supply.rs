@@ -152,11 +152,14 @@ fn live_suppliers(
             anyhow::bail!("`supplier.base_url` is required when the simulators are off")
         }
     };
-    let gate = Arc::new(RateGate::new(
-        settings.supplier.requests_per_second,
-        shared_window.clone(),
-        "supplier-calls",
-    ));
+    let gate = Arc::new(
+        RateGate::new(
+            settings.supplier.requests_per_second,
+            shared_window.clone(),
+            "supplier-calls",
+        )
+        .for_supplier(SupplierName::EsimAccess.as_str()),
+    );
     let client = EsimAccessClient::new(
         &base_url,
         settings.supplier.access_code.clone(),
@@ -176,11 +179,14 @@ fn live_suppliers(
         (None, None) => None,
     };
     if let Some(url) = airalo_url {
-        let gate = Arc::new(RateGate::new(
-            settings.airalo.requests_per_second,
-            shared_window,
-            "airalo-calls",
-        ));
+        let gate = Arc::new(
+            RateGate::new(
+                settings.airalo.requests_per_second,
+                shared_window,
+                "airalo-calls",
+            )
+            .for_supplier(SupplierName::Airalo.as_str()),
+        );
         let client = AiraloClient::new(
             &url,
             settings.airalo.client_id.clone(),

@@ -18,6 +18,7 @@ pub mod net;
 pub mod operators;
 pub(crate) mod order;
 pub(crate) mod ordering;
+pub mod pace;
 pub mod partner;
 pub(crate) mod pricing;
 pub(crate) mod rate;

@@ -46,6 +46,9 @@ pub(crate) const PROVISIONING_DURATION: &str = "esim_provisioning_duration_secon
 /// Calls to a live supplier: `supplier`, `operation`, `outcome`.
 pub(crate) const SUPPLIER_CALLS: &str = "esim_supplier_calls_total";
 pub(crate) const SUPPLIER_SLOW_DOWNS: &str = "esim_supplier_slow_downs_total";
+/// Calls a second a node sends a supplier: the rate learnt from its "slow
+/// down" answers while it paces, else the configured limit (0: none): `supplier`.
+pub(crate) const SUPPLIER_PACE: &str = "esim_supplier_pace_requests_per_second";
 pub(crate) const SUPPLIER_ORDER_UNITS: &str = "esim_supplier_order_units";
 /// Seconds since the last good periodic backup.
 pub(crate) const BACKUP_AGE: &str = "esim_backup_age_seconds";
@@ -232,6 +235,10 @@ fn describe_outside() {
     describe_counter!(
         SUPPLIER_SLOW_DOWNS,
         "Answers of the supplier that said to slow down (rate limit); every call of the node paused."
+    );
+    describe_gauge!(
+        SUPPLIER_PACE,
+        "Calls a second this node sends a supplier: the rate learnt from its slow-down answers while it paces lower, else the configured limit (0: none)."
     );
     describe_gauge!(
         BACKUP_AGE,
@@ -481,6 +488,11 @@ pub(crate) fn supplier_up(supplier: &'static str, up: bool) {
 /// The supplier asked us to slow down.
 pub(crate) fn supplier_slow_down() {
     counter!(SUPPLIER_SLOW_DOWNS).increment(1);
+}
+
+/// The calls a second a node now sends a supplier.
+pub(crate) fn supplier_pace(supplier: &'static str, per_second: f64) {
+    gauge!(SUPPLIER_PACE, "supplier" => supplier).set(per_second);
 }
 
 /// A supplier order of `units` units was written down.

@@ -6,8 +6,14 @@
 //! call more than the limit into any one-second window as the supplier counts
 //! them. With Redis configured, every node also counts its calls in a shared
 //! one-second window and waits for the next window when it is full, so the
-//! whole fleet stays under the supplier's limit. An answer that says "slow
-//! down" pauses every call of the node for a moment ([`RateGate::slow_down`]).
+//! whole fleet stays under the supplier's limit.
+//!
+//! The configured limit may be wrong, or missing (0). An answer that says
+//! "slow down" ([`RateGate::slow_down`]) pauses every call of the node for the
+//! wait it names and teaches the node's [`Pace`]: while the supplier takes
+//! fewer calls than the configured limit, calls go out one at a time, in the
+//! order they came, spaced at the learnt rate, so the calls that queued
+//! during a pause do not all go out when it ends.
 
 use std::{
     num::NonZeroU32,
@@ -18,7 +24,14 @@ use std::{
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::time::Instant;
 
-use crate::{domain::rate::Window, limits::Limiter, sync::lock};
+use crate::{
+    domain::{
+        pace::{Pace, Pass},
+        rate::Window,
+    },
+    limits::Limiter,
+    sync::lock,
+};
 
 /// Spacing margin over the exact period, in parts per thousand.
 const MARGIN_PER_MILLE: u32 = 25;
@@ -27,11 +40,21 @@ const MARGIN_PER_MILLE: u32 = 25;
 pub struct RateGate {
     /// Calls per second the supplier accepts; 0 lifts the limit.
     per_second: u32,
+    /// Spaces this node's calls at the configured limit.
     local: Option<DefaultDirectRateLimiter>,
+    /// Counts every node's calls in a shared window (Redis).
     shared: Option<Arc<Limiter>>,
     /// The name of the shared window (one per supplier account).
     window_name: &'static str,
-    paused_until: Mutex<Option<Instant>>,
+    /// The supplier's name on metrics.
+    supplier: &'static str,
+    /// The pace learnt from "slow down" answers, and its pause.
+    pace: Mutex<Pace>,
+    /// What the pace's time counts from.
+    origin: Instant,
+    /// Held by the call waiting for the pace, so that waiting calls go out
+    /// in the order they came, one at a time.
+    turn: tokio::sync::Mutex<()>,
     /// "Slow down" answers since start.
     slow_downs: std::sync::atomic::AtomicU64,
 }
@@ -48,25 +71,37 @@ impl RateGate {
             per_second,
             shared: if per_second == 0 { None } else { shared },
             window_name,
+            supplier: window_name,
             local,
-            paused_until: Mutex::new(None),
+            pace: Mutex::new(Pace::new(per_second)),
+            origin: Instant::now(),
+            turn: tokio::sync::Mutex::new(()),
             slow_downs: Default::default(),
         }
     }
 
-    /// The limit in force, in calls per second (0: none).
+    /// The same gate, naming its supplier on metrics.
+    pub fn for_supplier(mut self, supplier: &'static str) -> Self {
+        self.supplier = supplier;
+        crate::metrics::supplier_pace(supplier, f64::from(self.per_second));
+        self
+    }
+
+    /// The limit configured, in calls per second (0: none).
     pub fn per_second(&self) -> u32 {
         self.per_second
     }
 
-    /// Waits until one more call may go out.
-    pub async fn admit(&self) {
-        let pause = *lock(&self.paused_until);
-        if let Some(until) = pause
-            && until > Instant::now()
-        {
-            tokio::time::sleep_until(until).await;
-        }
+    /// The rate learnt from "slow down" answers, in calls a second, while it
+    /// paces below the configured limit.
+    pub fn learnt_per_second(&self) -> Option<f64> {
+        lock(&self.pace).learnt()
+    }
+
+    /// Waits until one more call may go out; the pass it carries to
+    /// [`RateGate::slow_down`] if the supplier answers "slow down".
+    pub async fn admit(&self) -> Pass {
+        let pass = self.paced().await;
         if let Some(local) = &self.local {
             local.until_ready().await;
         }
@@ -87,15 +122,72 @@ impl RateGate {
                 tokio::time::sleep(Duration::from_millis(wait.clamp(1, 1000))).await;
             }
         }
+        pass
     }
 
-    /// The supplier said "too many requests": hold every call for `pause`.
-    pub fn slow_down(&self, pause: Duration) {
-        let until = Instant::now() + pause;
-        let mut paused = lock(&self.paused_until);
-        if paused.is_none_or(|current| current < until) {
-            *paused = Some(until);
+    /// Waits for the pause and the learnt pace, in turn.
+    async fn paced(&self) -> Pass {
+        let _turn = self.turn.lock().await;
+        loop {
+            let now = self.origin.elapsed();
+            let (sent, before, after) = {
+                let mut pace = lock(&self.pace);
+                let before = pace.learnt();
+                let sent = pace.try_send(now);
+                (sent, before, pace.learnt())
+            };
+            if after != before {
+                self.pace_changed(before, after);
+            }
+            match sent {
+                Ok(pass) => return pass,
+                Err(until) => tokio::time::sleep_until(self.origin + until).await,
+            }
         }
+    }
+
+    /// Publishes a new pace; a cut is logged.
+    fn pace_changed(&self, before: Option<f64>, after: Option<f64>) {
+        let configured = f64::from(self.per_second);
+        crate::metrics::supplier_pace(self.supplier, after.unwrap_or(configured));
+        let cut = match (before, after) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(before), Some(after)) => after < before,
+        };
+        if cut {
+            tracing::warn!(
+                supplier = self.supplier,
+                configured_per_second = self.per_second,
+                learnt_per_second = after,
+                "supplier calls paced lower after it asked to slow down"
+            );
+        }
+    }
+
+    /// The supplier answered the call of `pass` with "too many requests":
+    /// the first such answer of a round holds every call for `pause` and
+    /// cuts the pace when the pause ends.
+    pub fn slow_down(&self, pass: Pass, pause: Duration) {
+        let now = self.origin.elapsed();
+        let cut = lock(&self.pace).slowed(pass, now, pause);
+        self.slow_downs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::metrics::supplier_slow_down();
+        if cut {
+            tracing::warn!(
+                supplier = self.supplier,
+                pause_ms = pause.as_millis() as u64,
+                "supplier asked to slow down; every call of this node pauses"
+            );
+        }
+    }
+
+    /// Holds every call for `pause` without teaching the pace (a limit of
+    /// one endpoint that every call needs first).
+    pub fn hold(&self, pause: Duration) {
+        let now = self.origin.elapsed();
+        lock(&self.pace).hold(now + pause);
         self.slow_downs
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         crate::metrics::supplier_slow_down();
@@ -130,10 +222,61 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_slow_down_holds_the_next_call() {
         let gate = RateGate::new(0, None, "test");
-        gate.slow_down(Duration::from_secs(2));
+        let pass = gate.admit().await;
+        gate.slow_down(pass, Duration::from_secs(2));
         let started = Instant::now();
         gate.admit().await;
         assert!(started.elapsed() >= Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_slow_down_the_queued_calls_go_out_at_the_learnt_pace() {
+        let gate = Arc::new(RateGate::new(0, None, "test"));
+        // A burst of 20 the supplier met with 4 answers and 16 refusals.
+        let mut passes = Vec::new();
+        for _ in 0..20 {
+            passes.push(gate.admit().await);
+        }
+        for pass in &passes[4..] {
+            gate.slow_down(*pass, Duration::from_secs(1));
+        }
+        assert_eq!(gate.slow_downs(), 16);
+        // Ten calls queue during the pause.
+        let started = Instant::now();
+        let calls: Vec<_> = (0..10)
+            .map(|_| {
+                let gate = gate.clone();
+                tokio::spawn(async move {
+                    gate.admit().await;
+                    Instant::now()
+                })
+            })
+            .collect();
+        let mut sent = Vec::new();
+        for call in calls {
+            sent.push(call.await.unwrap());
+        }
+        sent.sort();
+        let learnt = gate.learnt_per_second().expect("a pace learnt");
+        assert!(learnt <= 4.0, "{learnt}");
+        // None before the pause ends, then one at a time at the pace.
+        assert!(sent[0] >= started + Duration::from_secs(1));
+        for pair in sent.windows(2) {
+            assert!(
+                pair[1] - pair[0]
+                    >= Duration::from_secs_f64(1.0 / learnt) - Duration::from_millis(1)
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_pauses_every_call_and_learns_nothing() {
+        let gate = RateGate::new(0, None, "test");
+        gate.hold(Duration::from_secs(3));
+        let started = Instant::now();
+        gate.admit().await;
+        assert!(started.elapsed() >= Duration::from_secs(3));
+        assert_eq!(gate.learnt_per_second(), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,13 +17,15 @@ use async_trait::async_trait;
 use super::{Allocation, Placed, Supplier, SupplierError, Usage};
 use crate::metrics::supplier_call;
 
-/// The outcome label of a supplier call: `ok`, `refused` or `transient`
+/// The outcome label of a supplier call: `ok`, `refused`, `transient`,
+/// `slow_down` or `not_sent`
 /// (a query for a profile still being allocated is `pending`, decided by the caller).
 pub(crate) fn supplier_outcome<T>(result: &Result<T, SupplierError>) -> &'static str {
     match result {
         Ok(_) => "ok",
         Err(SupplierError::Refused(_)) => "refused",
         Err(SupplierError::Transient(_)) => "transient",
+        Err(SupplierError::SlowDown(_)) => "slow_down",
         Err(SupplierError::NotSent(_)) => "not_sent",
     }
 }

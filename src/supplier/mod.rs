@@ -81,11 +81,16 @@ pub struct Usage {
 /// Why a supplier call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SupplierError {
-    /// Time-out, 5xx, garbage, "busy", "slow down", clock skew, or an answer
+    /// Time-out, 5xx, garbage, clock skew, or an answer
     /// not known to be final: the same call (same transaction id) may
     /// succeed later, and repeating it never buys twice.
     #[error("supplier unavailable: {0}")]
     Transient(String),
+    /// The supplier answered "slow down" (HTTP 429, "system busy"): the
+    /// call was not served and may be made again later. An answer, so the
+    /// supplier is up: it never counts toward taking it out of the route.
+    #[error("supplier asked to slow down: {0}")]
+    SlowDown(String),
     /// The supplier answered that it will not do this (no stock, unknown
     /// package, no balance): nothing was bought.
     #[error("supplier refused: {0}")]

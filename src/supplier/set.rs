@@ -103,7 +103,7 @@ impl SupplierEntry {
     /// supplier is up; a failure without one counts toward opening.
     pub fn record<T>(&self, result: &Result<T, SupplierError>) {
         match result {
-            Ok(_) => lock(&self.breaker).success(),
+            Ok(_) | Err(SupplierError::SlowDown(_)) => lock(&self.breaker).success(),
             Err(SupplierError::Refused(_)) => {
                 self.refusals.fetch_add(1, Ordering::Relaxed);
                 lock(&self.breaker).success();
@@ -164,6 +164,7 @@ impl SupplierEntry {
             units_failed_over: self.failed_over.load(Ordering::Relaxed),
             requests_per_second: self.gate.per_second(),
             slow_downs: self.gate.slow_downs(),
+            learnt_requests_per_second: self.gate.learnt_per_second().map(round_tenths),
         }
     }
 }
@@ -207,6 +208,15 @@ pub struct SupplierView {
     pub requests_per_second: u32,
     /// "Slow down" answers since start.
     pub slow_downs: u64,
+    /// The calls a second this node paces it at, learnt from its "slow
+    /// down" answers, while lower than `requests_per_second` (or with no
+    /// limit configured); `null` otherwise.
+    pub learnt_requests_per_second: Option<f64>,
+}
+
+/// A rate shown to a tenth of a call a second.
+fn round_tenths(rate: f64) -> f64 {
+    (rate * 10.0).round() / 10.0
 }
 
 /// Every live supplier of this node and the route over them.

@@ -206,7 +206,7 @@ async fn past_the_rate_limit_the_simulator_answers_429() {
     let mut limited = 0;
     for n in 0..12 {
         match ungated.query(&format!("B{n}")).await {
-            Err(SupplierError::Transient(m)) if m.contains("429") => limited += 1,
+            Err(SupplierError::SlowDown(m)) if m.contains("429") => limited += 1,
             _ => {}
         }
     }
@@ -226,6 +226,159 @@ async fn behind_the_gate_no_call_goes_over_the_rate_limit() {
             "call {n}: {answer}"
         );
     }
+}
+
+/// What the adapter got for each call of a drive: `(seconds into the drive,
+/// refused with 429)`.
+async fn drive_queries(
+    client: Arc<EsimAccessClient>,
+    tasks: usize,
+    for_how_long: Duration,
+) -> Vec<(f64, bool)> {
+    let started = tokio::time::Instant::now();
+    let drivers: Vec<_> = (0..tasks)
+        .map(|task| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                let mut n = 0;
+                while started.elapsed() < for_how_long {
+                    n += 1;
+                    let answer = client.query(&format!("B{task}-{n}")).await;
+                    let limited =
+                        matches!(&answer, Err(SupplierError::SlowDown(m)) if m.contains("429"));
+                    answers.push((started.elapsed().as_secs_f64(), limited));
+                }
+                answers
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for driver in drivers {
+        answers.extend(driver.await.unwrap());
+    }
+    answers
+}
+
+#[tokio::test]
+async fn a_limit_nobody_configured_is_learnt_from_the_supplier_s_429s() {
+    let app = limited_app().await;
+    // The gate knows no limit; the supplier takes 4 calls a second.
+    let gate = Arc::new(RateGate::new(0, None, "supplier-calls"));
+    let supplier = Arc::new(
+        EsimAccessClient::new(
+            app.simulators.as_deref().unwrap(),
+            SecretString::from(ACCESS_CODE),
+            SecretString::from(SECRET),
+            Duration::from_secs(5),
+            gate.clone(),
+        )
+        .unwrap(),
+    );
+
+    // Twelve callers ask as fast as they are let for six seconds.
+    let answers = drive_queries(supplier, 12, Duration::from_secs(6)).await;
+
+    let answered = answers.iter().filter(|(_, limited)| !limited).count();
+    let late_429s = answers
+        .iter()
+        .filter(|(at, limited)| *limited && *at >= 3.0)
+        .count();
+    // Pausing alone let every queued call out at once when the pause
+    // ended: each second the supplier answered four and refused the rest.
+    // Paced, the last three seconds meet the limit at most once or twice.
+    assert!(
+        late_429s <= 3,
+        "{late_429s} refusals in the last 3 s: {answers:?}"
+    );
+    assert!(
+        answered >= 12,
+        "{answered} answered in 6 s at 4/s: {answers:?}"
+    );
+    // Near the limit: the pace probes a little above it between refusals.
+    let learnt = gate.learnt_per_second().expect("a pace learnt");
+    assert!(learnt > 0.0 && learnt <= 5.0, "{learnt}");
+}
+
+#[tokio::test]
+async fn orders_settle_at_the_pace_learnt_from_a_supplier_that_limits_more_than_configured() {
+    let app = spawn_app_with(&[
+        ("simulators.supplier_latency_ms", "0"),
+        ("simulators.supplier_rate_limit", "4"),
+        ("supplier.requests_per_second", "0"),
+        ("supplier.batch_size", "1"),
+        ("supplier.poll_interval_ms", "100"),
+        ("rate_limit.bands.bronze.write.limit", "100000"),
+        ("rate_limit.bands.bronze.read.limit", "100000"),
+    ])
+    .await;
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 100_000).await;
+
+    // Twelve single-unit orders at once: a supplier order each, each a
+    // placement and a question at least, at 4 calls a second.
+    let orders = futures::future::join_all((0..12).map(|n| {
+        let (app, secret) = (&app, &secret);
+        async move {
+            let (status, order) = post_order(
+                app,
+                secret,
+                &format!("learnt-pace-order-{n:04}"),
+                &json!({ "plan_id": "pl_fr_1gb_7d" }),
+            )
+            .await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{order}");
+            order["id"].as_str().unwrap().to_owned()
+        }
+    }))
+    .await;
+    for id in &orders {
+        eventually(
+            &format!("order {id} completes"),
+            Duration::from_secs(60),
+            || async {
+                let (_, order) = read(
+                    app.client
+                        .get(format!("{}/partner/v1/orders/{id}", app.public))
+                        .bearer_auth(&secret)
+                        .send()
+                        .await
+                        .unwrap(),
+                )
+                .await;
+                assert_ne!(order["status"], "failed", "{order}");
+                (order["status"] == "completed")
+                    .then(|| assert_eq!(order["refunded_cents"], 0, "{order}"))
+            },
+        )
+        .await;
+    }
+
+    let (status, suppliers) = read(
+        app.operator(reqwest::Method::GET, "/suppliers")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{suppliers}");
+    let esim_access = &suppliers["data"][0];
+    assert_eq!(esim_access["name"], "esim_access", "{suppliers}");
+    assert!(
+        esim_access["slow_downs"].as_u64().unwrap() >= 1,
+        "{suppliers}"
+    );
+    let pace = esim_access["learnt_requests_per_second"]
+        .as_f64()
+        .expect("a pace learnt");
+    assert!(pace > 0.0 && pace <= 5.0, "{suppliers}");
+    // A slow-down is an answer: the supplier stayed in the route.
+    assert_eq!(esim_access["times_taken_out"], 0, "{suppliers}");
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains("esim_supplier_pace_requests_per_second{supplier=\"esim_access\"}"),
+        "the pace is published"
+    );
 }
 
 /// An app whose supplier orders are asked about once a minute: an order

@@ -467,7 +467,11 @@ async fn await_profiles(
             }
             Ok(Allocation::Ready(profiles)) => seen = profiles,
             Ok(Allocation::Pending) => {}
-            Err(SupplierError::Transient(reason) | SupplierError::NotSent(reason)) => {
+            Err(
+                SupplierError::Transient(reason)
+                | SupplierError::SlowDown(reason)
+                | SupplierError::NotSent(reason),
+            ) => {
                 tracing::debug!(order_no, reason, "allocation query failed; asking again");
             }
             Err(SupplierError::Refused(reason)) => {

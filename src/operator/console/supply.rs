@@ -59,7 +59,12 @@ fn section(route: &str, suppliers: &[SupplierView], margins: &[MarginRow]) -> Ma
                         td.num { (s.refusals) }
                         td.num { (s.failures) }
                         td.num { (s.units_failed_over) }
-                        td.num { (s.requests_per_second) }
+                        td.num {
+                            (s.requests_per_second)
+                            @if let Some(pace) = s.learnt_requests_per_second {
+                                " (paced at " (pace) " after slow-downs)"
+                            }
+                        }
                     }
                 }
             }

@@ -18,7 +18,10 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
 use super::{errors, parse, webhook};
-use crate::supplier::{SupplierError, gate::RateGate};
+use crate::{
+    domain::pace::Pass,
+    supplier::{SupplierError, gate::RateGate},
+};
 
 /// Longest a token is used: the documentation gives a token "valid for 24
 /// hours" and recommends refreshing within that even though `expires_in`
@@ -198,7 +201,15 @@ impl Transport {
             .body(form);
         let (status, headers, text) = exchange("/token", request).await?;
         if status == StatusCode::TOO_MANY_REQUESTS {
-            return Err(self.too_many("/token", &headers, false));
+            // The token endpoint has a limit of its own (3 a minute): no
+            // call can go without a token, so every call waits, but the
+            // pace of the others says nothing about it.
+            let wait = retry_after(&headers);
+            self.gate.hold(wait.min(MAX_SLOW_DOWN));
+            return Err(SupplierError::SlowDown(format!(
+                "/token: HTTP 429 too many requests (retry after {}s)",
+                wait.as_secs()
+            )));
         }
         if !status.is_success() {
             return Err(errors::from_answer("/token", status, &text));
@@ -225,12 +236,13 @@ impl Transport {
         }
         .header(ACCEPT, "application/json")
         .bearer_auth(token.expose_secret());
-        self.gate.admit().await;
+        let pass = self.gate.admit().await;
         let (status, headers, text) = exchange(&call.path, request).await?;
         match status {
             StatusCode::UNAUTHORIZED => Ok(Sent::Unauthorized(text)),
             StatusCode::TOO_MANY_REQUESTS => {
-                Err(self.too_many(&call.path, &headers, call.per_iccid()))
+                let limits_every_call = !call.per_iccid();
+                Err(self.too_many(&call.path, &headers, limits_every_call.then_some(pass)))
             }
             status if !status.is_success() => Err(errors::from_answer(&call.path, status, &text)),
             _ => serde_json::from_str(&text)
@@ -239,14 +251,15 @@ impl Transport {
         }
     }
 
-    /// A 429: every call of the node pauses for the wait the answer names
-    /// (unless the limit is per ICCID), and the call may succeed later.
-    fn too_many(&self, path: &str, headers: &HeaderMap, per_iccid: bool) -> SupplierError {
+    /// A 429: the call may succeed later. When the limit is the account's
+    /// (`pass` given; not a per-ICCID limit), every call of the node pauses
+    /// for the wait the answer names and the gate learns a lower pace.
+    fn too_many(&self, path: &str, headers: &HeaderMap, pass: Option<Pass>) -> SupplierError {
         let wait = retry_after(headers);
-        if !per_iccid {
-            self.gate.slow_down(wait.min(MAX_SLOW_DOWN));
+        if let Some(pass) = pass {
+            self.gate.slow_down(pass, wait.min(MAX_SLOW_DOWN));
         }
-        SupplierError::Transient(format!(
+        SupplierError::SlowDown(format!(
             "{path}: HTTP 429 too many requests (retry after {}s)",
             wait.as_secs()
         ))

@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use super::{Allocation, Placed, Supplier, SupplierError, Usage, gate::RateGate};
+use crate::domain::pace::Pass;
 
 mod parse;
 
@@ -87,6 +88,7 @@ fn classified(path: &str, code: &str, message: &str) -> SupplierError {
     let text = format!("{path}: {code} {message}");
     match classify(code) {
         ErrorClass::Refused => SupplierError::Refused(text),
+        ErrorClass::Transient if code == BUSY => SupplierError::SlowDown(text),
         ErrorClass::Transient => SupplierError::Transient(text),
         ErrorClass::Unknown => {
             tracing::warn!(
@@ -146,14 +148,14 @@ impl EsimAccessClient {
         path: &str,
         body: Value,
     ) -> Result<Result<Obj, (String, String)>, SupplierError> {
-        self.gate.admit().await;
-        let answer = self.post(path, body).await?;
+        let pass = self.gate.admit().await;
+        let answer = self.post(path, body, pass).await?;
         let answer = envelope(&answer)
             .ok_or_else(|| SupplierError::Transient(format!("{path}: not an answer")))?;
         if let Err((code, _)) = &answer
             && code == BUSY
         {
-            self.gate.slow_down(SLOW_DOWN);
+            self.gate.slow_down(pass, SLOW_DOWN);
         }
         Ok(answer)
     }
@@ -161,7 +163,12 @@ impl EsimAccessClient {
     /// Sends one signed request and returns its answer's bytes, read as JSON
     /// by [`envelope`] (which checks as UTF-8 only the text it keeps, where
     /// `text()` first copied the whole answer through a lossy decoding).
-    async fn post(&self, path: &str, body: Value) -> Result<impl AsRef<[u8]>, SupplierError> {
+    async fn post(
+        &self,
+        path: &str,
+        body: Value,
+        pass: Pass,
+    ) -> Result<impl AsRef<[u8]>, SupplierError> {
         let body = body.to_string();
         let timestamp = crate::limits::unix_now_millis().to_string();
         let request_id = uuid::Uuid::new_v4().simple().to_string();
@@ -186,8 +193,8 @@ impl EsimAccessClient {
             .map_err(|e| sending_failed(path, &e))?;
         let status = response.status();
         if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
-            self.gate.slow_down(SLOW_DOWN);
-            return Err(SupplierError::Transient(format!(
+            self.gate.slow_down(pass, SLOW_DOWN);
+            return Err(SupplierError::SlowDown(format!(
                 "{path}: HTTP 429, too many requests"
             )));
         }
