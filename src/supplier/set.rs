@@ -131,7 +131,25 @@ impl SupplierEntry {
     /// Supplier orders waiting for or holding a slot, per slot.
     fn load(&self, extra: usize) -> f64 {
         let queued = self.queued.load(Ordering::Relaxed) as f64 + extra as f64;
-        queued / self.slot_count as f64
+        queued / self.slots_at_pace() as f64
+    }
+
+    /// The slots the supplier's pace keeps busy: a quarter of a second's
+    /// calls at the pace learnt from its slow-down answers, else all of
+    /// them. Units then gather into fuller supplier orders while the
+    /// supplier takes fewer calls, rather than each of many thin orders
+    /// spending two calls of a pace too slow for them.
+    fn slots_at_pace(&self) -> usize {
+        match self.gate.learnt_per_second() {
+            Some(pace) => ((pace / 4.0) as usize).clamp(1, self.slot_count),
+            None => self.slot_count,
+        }
+    }
+
+    /// Whether a placement slot is free under the supplier's pace.
+    fn has_free_slot(&self) -> bool {
+        let in_use = self.slot_count - self.slots.available_permits().min(self.slot_count);
+        in_use < self.slots_at_pace()
     }
 
     /// Units moved from this supplier to the next one.
@@ -305,7 +323,7 @@ impl SupplierSet {
 
     /// Whether some supplier of the route has a free placement slot.
     pub fn any_free_slot(&self) -> bool {
-        self.in_route().any(|e| e.slots.available_permits() > 0)
+        self.in_route().any(|e| e.has_free_slot())
     }
 
     /// The next supplier of the route after `current` that sells the plan
@@ -341,5 +359,50 @@ impl SupplierSet {
                 .map(|e| e.view(false)),
         );
         views
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::supplier::sandbox::SandboxSupplier;
+
+    fn unlimited_entry() -> (SupplierEntry, Arc<RateGate>) {
+        let gate = Arc::new(RateGate::new(0, None, "test"));
+        let entry = SupplierEntry::new(
+            SupplierName::EsimAccess,
+            Arc::new(SandboxSupplier::new(Duration::ZERO)),
+            gate.clone(),
+            Arc::new(Tally::default()),
+            Breaker::new(0, Duration::from_secs(1)),
+        );
+        (entry, gate)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_learnt_pace_keeps_fewer_slots_free_so_units_gather() {
+        let (entry, gate) = unlimited_entry();
+        let _held: Vec<_> = (0..4)
+            .map(|_| entry.slots.clone().try_acquire_owned().unwrap())
+            .collect();
+        // No limit told: 64 slots, 4 in use.
+        assert!(entry.has_free_slot());
+        // The supplier answers 20 of a burst of 40 and refuses the rest:
+        // a pace of 18 calls a second keeps 4 slots busy.
+        let mut passes = Vec::new();
+        for _ in 0..40 {
+            passes.push(gate.admit().await);
+        }
+        for pass in &passes[20..] {
+            gate.slow_down(*pass, Duration::from_secs(1));
+        }
+        tokio::time::advance(Duration::from_secs(1)).await;
+        gate.admit().await;
+        let pace = gate.learnt_per_second().unwrap();
+        assert!((pace - 18.0).abs() < 1e-9, "{pace}");
+        assert_eq!(entry.slots_at_pace(), 4);
+        assert!(!entry.has_free_slot());
     }
 }
