@@ -14,9 +14,12 @@
 //!   the rate that follows, so they cut nothing). When the pause ends the
 //!   rate is cut to [`KEEP_ON_CUT`] of the rate in force, and to no more
 //!   than [`MARGIN`] of what the supplier answered in the second before the
-//!   first refusal (the calls sent then less the round's refusals): a burst
-//!   the supplier met with four answers and a hundred refusals is paced at
-//!   about four calls a second at once, not halved seven times.
+//!   first refusal (the calls sent then less the round's refusals), though
+//!   never below `KEEP_ON_CUT`² of the rate in force in one cut (that second
+//!   need not be the supplier's window). With no rate in force, what the
+//!   supplier answered alone: a burst it met with four answers and a
+//!   hundred refusals is paced at about four calls a second at once, not
+//!   halved seven times.
 //! - A second in which calls had to wait for the rate, without a refusal,
 //!   raises it: by [`CLIMB`] while it is below the rate the last cut came
 //!   at, by [`PROBE`] once it is near it (the limit is there).
