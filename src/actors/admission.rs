@@ -103,15 +103,32 @@ struct Learnt {
 
 impl Learnt {
     fn units_per_second(&self, lane: &LaneArgs) -> f64 {
-        let slowed = self
-            .slowed_until
-            .is_some_and(|until| until > Instant::now());
         Capacity {
-            calls_per_second: f64::from(lane.calls_per_second),
+            calls_per_second: lane.calls_now(),
             units_per_call: self.units_per_call.get(),
-            slowdown_factor: if slowed { 0.5 } else { 1.0 },
+            slowdown_factor: if self.halved(lane) { 0.5 } else { 1.0 },
         }
         .units_per_second()
+    }
+
+    /// Whether a recent "slow down" answer halves the supplier's capacity:
+    /// unless its gate paces the calls at a rate learnt from such answers,
+    /// which already counts them.
+    fn halved(&self, lane: &LaneArgs) -> bool {
+        self.slowed_until
+            .is_some_and(|until| until > Instant::now())
+            && lane.gate.learnt_per_second().is_none()
+    }
+}
+
+impl LaneArgs {
+    /// Calls a second the supplier takes now: the pace its gate learnt from
+    /// its "slow down" answers (always below the configured limit), else the
+    /// configured limit (0: none).
+    fn calls_now(&self) -> f64 {
+        self.gate
+            .learnt_per_second()
+            .unwrap_or(f64::from(self.calls_per_second))
     }
 }
 
@@ -218,9 +235,9 @@ impl Admission {
     }
 
     /// Whether the suppliers' capacity bounds the room (every supplier of
-    /// the route has a limit).
+    /// the route has a limit, configured or learnt).
     pub fn suppliers_limited(&self) -> bool {
-        !self.lanes.is_empty() && self.lanes.iter().all(|lane| lane.calls_per_second > 0)
+        !self.lanes.is_empty() && self.lanes.iter().all(|lane| lane.calls_now() > 0.0)
     }
 
     /// What one partner may be admitted now.
@@ -411,11 +428,7 @@ impl Admission {
     /// The suppliers' capacities added up, as one: their calls per second
     /// together, and the units a call moves on average over them.
     fn capacity(&self, state: &State) -> Capacity {
-        let calls: f64 = self
-            .lanes
-            .iter()
-            .map(|l| f64::from(l.calls_per_second))
-            .sum();
+        let calls: f64 = self.lanes.iter().map(LaneArgs::calls_now).sum();
         let units: f64 = self
             .lanes
             .iter()
@@ -496,7 +509,7 @@ fn learn_lane(lane: &LaneArgs, learnt: &mut Learnt, now: Instant) {
     let tally = lane.tally.read();
     let calls = tally.0.saturating_sub(at_start.0);
     let units = tally.1.saturating_sub(at_start.1);
-    let limit = (f64::from(lane.calls_per_second) * elapsed.as_secs_f64()).floor() as u64;
+    let limit = (lane.calls_now() * elapsed.as_secs_f64()).floor() as u64;
     learnt
         .units_per_call
         .observe(calls, units, limit, ceiling(lane));
@@ -717,6 +730,29 @@ mod tests {
         admission.learn();
         assert_eq!(admission.view().room_units, 160);
         assert!(admission.view().slowed_down);
+    }
+
+    #[tokio::test]
+    async fn a_pace_learnt_from_slow_downs_counts_instead_of_the_limit() {
+        let (admission, gate) = admission(8);
+        // Eight calls the supplier met with four answers and four refusals.
+        let mut passes = Vec::new();
+        for _ in 0..8 {
+            passes.push(gate.admit().await);
+        }
+        for pass in &passes[4..] {
+            gate.slow_down(*pass, Duration::from_millis(1));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        gate.admit().await;
+        let pace = gate.learnt_per_second().expect("a pace learnt");
+        assert!(pace < 8.0 * 0.7 + 1e-9, "{pace}");
+        admission.learn();
+        let view = admission.view();
+        // The pace, not the limit, and not halved again: pace × 40 s.
+        assert_eq!(view.room_units, (pace * 40.0).floor() as u64);
+        assert_eq!(view.suppliers[0].paced_calls_per_second, Some(pace));
+        assert!(!view.slowed_down);
     }
 
     #[test]

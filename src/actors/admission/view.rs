@@ -1,7 +1,7 @@
 //! What operators see of admission (`GET /operator/v1/admission`,
 //! `esim-reseller admin admission`).
 
-use std::{collections::HashMap, time::Instant};
+use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -40,8 +40,9 @@ impl Admission {
             .map(|(lane, learnt)| LaneView {
                 name: lane.name,
                 calls_per_second: lane.calls_per_second,
+                paced_calls_per_second: lane.gate.learnt_per_second(),
                 units_per_call: learnt.units_per_call.get(),
-                slowed_down: learnt.slowed_until.is_some_and(|u| u > Instant::now()),
+                slowed_down: learnt.halved(lane),
                 capacity_units_per_second: learnt.units_per_second(lane),
             })
             .collect();
@@ -113,8 +114,11 @@ pub struct AdmissionView {
 pub struct LaneView {
     /// The supplier.
     pub name: &'static str,
-    /// Its documented limit.
+    /// Its configured limit (0: none).
     pub calls_per_second: u32,
+    /// The pace its gate learnt from its "slow down" answers, counted
+    /// instead of the limit while it holds (`null`: none).
+    pub paced_calls_per_second: Option<f64>,
     /// Units one of its calls moves, as learnt.
     pub units_per_call: f64,
     /// Whether a recent "slow down" answer halves its capacity.
