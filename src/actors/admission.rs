@@ -736,13 +736,7 @@ mod tests {
     async fn a_pace_learnt_from_slow_downs_counts_instead_of_the_limit() {
         let (admission, gate) = admission(8);
         // Eight calls the supplier met with four answers and four refusals.
-        let mut passes = Vec::new();
-        for _ in 0..8 {
-            passes.push(gate.admit().await);
-        }
-        for pass in &passes[4..] {
-            gate.slow_down(*pass, Duration::from_millis(1));
-        }
+        gate.met_burst(4, 4, Duration::from_millis(1)).await;
         tokio::time::sleep(Duration::from_millis(5)).await;
         gate.admit().await;
         let pace = gate.learnt_per_second().expect("a pace learnt");
@@ -751,7 +745,7 @@ mod tests {
         let view = admission.view();
         // The pace, not the limit, and not halved again: pace × 40 s.
         assert_eq!(view.room_units, (pace * 40.0).floor() as u64);
-        assert_eq!(view.suppliers[0].paced_calls_per_second, Some(pace));
+        assert_eq!(view.suppliers[0].learnt_calls_per_second, Some(pace));
         assert!(!view.slowed_down);
     }
 

@@ -199,6 +199,23 @@ impl RateGate {
     }
 }
 
+/// Test-only: teaching a gate a pace.
+#[cfg(test)]
+impl RateGate {
+    /// Sends a burst of `answered + refused` calls that the supplier meets
+    /// with `answered` answers and `refused` "slow down" answers naming
+    /// `pause`.
+    pub(crate) async fn met_burst(&self, answered: usize, refused: usize, pause: Duration) {
+        let mut passes = Vec::new();
+        for _ in 0..answered + refused {
+            passes.push(self.admit().await);
+        }
+        for pass in &passes[answered..] {
+            self.slow_down(*pass, pause);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,13 +250,7 @@ mod tests {
     async fn after_a_slow_down_the_queued_calls_go_out_at_the_learnt_pace() {
         let gate = Arc::new(RateGate::new(0, None, "test"));
         // A burst of 20 the supplier met with 4 answers and 16 refusals.
-        let mut passes = Vec::new();
-        for _ in 0..20 {
-            passes.push(gate.admit().await);
-        }
-        for pass in &passes[4..] {
-            gate.slow_down(*pass, Duration::from_secs(1));
-        }
+        gate.met_burst(4, 16, Duration::from_secs(1)).await;
         assert_eq!(gate.slow_downs(), 16);
         // Ten calls queue during the pause.
         let started = Instant::now();

@@ -391,13 +391,7 @@ mod tests {
         assert!(entry.has_free_slot());
         // The supplier answers 20 of a burst of 40 and refuses the rest:
         // a pace of 18 calls a second keeps 4 slots busy.
-        let mut passes = Vec::new();
-        for _ in 0..40 {
-            passes.push(gate.admit().await);
-        }
-        for pass in &passes[20..] {
-            gate.slow_down(*pass, Duration::from_secs(1));
-        }
+        gate.met_burst(20, 20, Duration::from_secs(1)).await;
         tokio::time::advance(Duration::from_secs(1)).await;
         gate.admit().await;
         let pace = gate.learnt_per_second().unwrap();

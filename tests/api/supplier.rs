@@ -13,7 +13,9 @@ use reqwest::StatusCode;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, eventually, fund, live_partner, post_order, read, spawn_app_with};
+use crate::helpers::{
+    TestApp, eventually, fund, get, live_partner, post_order, read, spawn_app_with,
+};
 
 /// The credentials the service and its simulator share by default.
 const ACCESS_CODE: &str = "sim-access-code";
@@ -337,15 +339,7 @@ async fn orders_settle_at_the_pace_learnt_from_a_supplier_that_limits_more_than_
             &format!("order {id} completes"),
             Duration::from_secs(60),
             || async {
-                let (_, order) = read(
-                    app.client
-                        .get(format!("{}/partner/v1/orders/{id}", app.public))
-                        .bearer_auth(&secret)
-                        .send()
-                        .await
-                        .unwrap(),
-                )
-                .await;
+                let (_, order) = get(&app, &secret, &format!("/orders/{id}")).await;
                 assert_ne!(order["status"], "failed", "{order}");
                 (order["status"] == "completed")
                     .then(|| assert_eq!(order["refunded_cents"], 0, "{order}"))

@@ -40,7 +40,7 @@ impl Admission {
             .map(|(lane, learnt)| LaneView {
                 name: lane.name,
                 calls_per_second: lane.calls_per_second,
-                paced_calls_per_second: lane.gate.learnt_per_second(),
+                learnt_calls_per_second: lane.gate.learnt_per_second(),
                 units_per_call: learnt.units_per_call.get(),
                 slowed_down: learnt.halved(lane),
                 capacity_units_per_second: learnt.units_per_second(lane),
@@ -118,7 +118,7 @@ pub struct LaneView {
     pub calls_per_second: u32,
     /// The pace its gate learnt from its "slow down" answers, counted
     /// instead of the limit while it holds (`null`: none).
-    pub paced_calls_per_second: Option<f64>,
+    pub learnt_calls_per_second: Option<f64>,
     /// Units one of its calls moves, as learnt.
     pub units_per_call: f64,
     /// Whether a recent "slow down" answer halves its capacity.
