@@ -368,6 +368,21 @@ async fn orders_settle_at_the_pace_learnt_from_a_supplier_that_limits_more_than_
     assert!(pace > 0.0 && pace <= 5.0, "{suppliers}");
     // A slow-down is an answer: the supplier stayed in the route.
     assert_eq!(esim_access["times_taken_out"], 0, "{suppliers}");
+    // The console's suppliers page says so too.
+    let cookie = crate::console::sign_in(&app).await;
+    let page = app
+        .client
+        .get(format!("{}/console/suppliers", app.operator))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(&format!("(paced at {pace} after slow-downs)")),
+        "{html}"
+    );
     let metrics = app.metrics().await;
     assert!(
         metrics.contains("esim_supplier_pace_requests_per_second{supplier=\"esim_access\"}"),
