@@ -31,12 +31,18 @@ fn fixture(name: &str) -> Value {
 
 /// The adapter pointed at the app's simulator, with its own gate.
 fn client(app: &TestApp, secret: &str, per_second: u32) -> EsimAccessClient {
+    let gate = Arc::new(RateGate::new(per_second, None, "supplier-calls"));
+    client_behind(app, secret, gate)
+}
+
+/// The adapter pointed at the app's simulator, behind `gate`.
+fn client_behind(app: &TestApp, secret: &str, gate: Arc<RateGate>) -> EsimAccessClient {
     EsimAccessClient::new(
         app.simulators.as_deref().expect("the simulators run"),
         SecretString::from(ACCESS_CODE),
         SecretString::from(secret),
         Duration::from_secs(5),
-        Arc::new(RateGate::new(per_second, None, "supplier-calls")),
+        gate,
     )
     .unwrap()
 }
@@ -267,16 +273,7 @@ async fn a_limit_nobody_configured_is_learnt_from_the_supplier_s_429s() {
     let app = limited_app().await;
     // The gate knows no limit; the supplier takes 4 calls a second.
     let gate = Arc::new(RateGate::new(0, None, "supplier-calls"));
-    let supplier = Arc::new(
-        EsimAccessClient::new(
-            app.simulators.as_deref().unwrap(),
-            SecretString::from(ACCESS_CODE),
-            SecretString::from(SECRET),
-            Duration::from_secs(5),
-            gate.clone(),
-        )
-        .unwrap(),
-    );
+    let supplier = Arc::new(client_behind(&app, SECRET, gate.clone()));
 
     // Twelve callers ask as fast as they are let for six seconds.
     let answers = drive_queries(supplier, 12, Duration::from_secs(6)).await;
