@@ -78,9 +78,8 @@ pub struct Pace {
     next_slot: Duration,
     /// Calls sent, counted by second.
     sends: SlidingCount,
-    /// The current second of raises: its index, whether calls waited for
-    /// the rate in it, and whether a cut came in it.
-    second: (u64, bool, bool),
+    /// The current second, for raises.
+    second: Second,
 }
 
 /// A cut waiting for its pause to end.
@@ -106,7 +105,7 @@ impl Pace {
             paused_until: Duration::ZERO,
             next_slot: Duration::ZERO,
             sends: SlidingCount::default(),
-            second: (0, false, false),
+            second: Second::default(),
         }
     }
 
@@ -124,7 +123,7 @@ impl Pace {
         self.apply_pending();
         if let Some(rate) = self.learnt {
             if now < self.next_slot {
-                self.second.1 = true;
+                self.second.busy = true;
                 return Err(self.next_slot);
             }
             self.next_slot = now + Duration::from_secs_f64(1.0 / rate);
@@ -148,7 +147,7 @@ impl Pace {
             });
             self.round += 1;
             self.paused_until = self.paused_until.max(now + pause);
-            self.second.2 = true;
+            self.second.cut = true;
             return true;
         }
         if let Some(pending) = &mut self.pending
@@ -193,15 +192,18 @@ impl Pace {
     /// was busy without a cut.
     fn roll(&mut self, now: Duration) {
         let index = now.as_secs();
-        if index == self.second.0 {
+        if index == self.second.index {
             return;
         }
-        let (_, busy, cut) = self.second;
+        let Second { busy, cut, .. } = self.second;
         // A second skipped entirely (no call in it) was not busy.
-        if busy && !cut && index == self.second.0 + 1 {
+        if busy && !cut && index == self.second.index + 1 {
             self.raise();
         }
-        self.second = (index, false, false);
+        self.second = Second {
+            index,
+            ..Second::default()
+        };
     }
 
     /// One busy second's rise.
@@ -217,6 +219,17 @@ impl Pace {
             _ => Some(raised),
         };
     }
+}
+
+/// One second of the pace's raises.
+#[derive(Debug, Clone, Copy, Default)]
+struct Second {
+    /// Its index since the origin.
+    index: u64,
+    /// Whether a call waited for the rate in it.
+    busy: bool,
+    /// Whether a cut came in it.
+    cut: bool,
 }
 
 /// Events counted in one-second buckets, read as a sliding second.

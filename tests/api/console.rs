@@ -75,7 +75,8 @@ async fn answer(request: reqwest::RequestBuilder) -> Answer {
     }
 }
 
-async fn open(app: &TestApp, cookie: Option<&str>, path: &str) -> Answer {
+/// `GET path` on the operator listener, with the session `cookie` if any.
+pub(crate) async fn open(app: &TestApp, cookie: Option<&str>, path: &str) -> Answer {
     let mut request = client().get(format!("{}{path}", app.operator));
     if let Some(cookie) = cookie {
         request = request.header(header::COOKIE, cookie);

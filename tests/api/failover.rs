@@ -368,15 +368,9 @@ async fn operators_see_each_supplier_and_the_margins() {
 
     // The console shows the same.
     let cookie = crate::console::sign_in(&app).await;
-    let page = app
-        .client
-        .get(format!("{}/console/suppliers", app.operator))
-        .header("cookie", cookie)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(page.status(), StatusCode::OK);
-    let html = page.text().await.unwrap();
+    let page = crate::console::open(&app, Some(&cookie), "/console/suppliers").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let html = page.body;
     assert!(
         html.contains("<h1>Suppliers</h1>") && html.contains("esim_access → airalo"),
         "{html}"

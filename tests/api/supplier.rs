@@ -367,15 +367,9 @@ async fn orders_settle_at_the_pace_learnt_from_a_supplier_that_limits_more_than_
     assert_eq!(esim_access["times_taken_out"], 0, "{suppliers}");
     // The console's suppliers page says so too.
     let cookie = crate::console::sign_in(&app).await;
-    let page = app
-        .client
-        .get(format!("{}/console/suppliers", app.operator))
-        .header("cookie", cookie)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(page.status(), StatusCode::OK);
-    let html = page.text().await.unwrap();
+    let page = crate::console::open(&app, Some(&cookie), "/console/suppliers").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let html = page.body;
     assert!(
         html.contains(&format!("(paced at {pace} after slow-downs)")),
         "{html}"

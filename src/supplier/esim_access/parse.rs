@@ -231,6 +231,19 @@ mod tests {
     }
 
     #[test]
+    fn the_recorded_busy_answer_is_a_slow_down() {
+        let Some(Err((code, message))) = envelope(fixture("order_error_system_busy.json")) else {
+            panic!("the recorded busy answer is an error envelope");
+        };
+        let error =
+            crate::supplier::esim_access::classified("/api/v1/open/esim/order", &code, &message);
+        assert!(
+            matches!(error, crate::supplier::SupplierError::SlowDown(_)),
+            "{error:?}"
+        );
+    }
+
+    #[test]
     fn transient_codes_are_asked_again_and_refusals_refund() {
         for (name, class) in [
             ("order_error_system_busy.json", ErrorClass::Transient),
