@@ -238,7 +238,7 @@ pub fn parse_order_body(body: &Bytes) -> Result<ValidOrder, ApiError> {
         (status = 409, description = "`idempotency.key_reused` or `conflict`", body = crate::http::openapi::ErrorBody),
         (status = 422, description = "`plan.unavailable`", body = crate::http::openapi::ErrorBody),
         (status = 500, description = "`internal_error`: retry with the same key", body = crate::http::openapi::ErrorBody),
-        (status = 502, description = "`supplier_error`: the supplier cannot deliver this order within the provisioning deadline right now. Nothing was charged and the key is not bound: retry with the same key after `Retry-After` seconds (also in `error.retry_after_seconds`).", body = crate::http::openapi::ErrorBody,
+        (status = 502, description = "`supplier_error`: the supplier, or this service's provisioning, cannot deliver this order within the provisioning deadline right now (the message says which). Nothing was charged and the key is not bound: retry with the same key after `Retry-After` seconds (also in `error.retry_after_seconds`).", body = crate::http::openapi::ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds after which the same request may be accepted."))),
     )
 )]

@@ -36,7 +36,7 @@ use crate::domain::states::{
 /// The revision of `v1` this document describes: the date of the newest
 /// entry in `docs/changelog.md`. The spec fixes `info.version` at `v1`
 /// (Versioning, rule 1), so revisions are dated in `info.x-revision` instead.
-pub const REVISION: &str = "2026-11-25";
+pub const REVISION: &str = "2026-12-05";
 
 /// Name of the bearer security scheme in the document.
 const BEARER: &str = "bearer";
