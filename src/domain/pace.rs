@@ -50,6 +50,9 @@ const MIN_STEP: f64 = 0.1;
 pub const FLOOR: f64 = 0.1;
 /// The first rate learnt (with no limit configured) is at least this.
 const FIRST_FLOOR: f64 = 1.0;
+/// A call waits at most this long past its slot and still counts the
+/// seconds it waited through as busy.
+const ONE_SECOND: Duration = Duration::from_secs(1);
 
 /// What a call carries from the pace to its answer: the round it was sent in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,8 +199,12 @@ impl Pace {
             return;
         }
         let Second { busy, cut, .. } = self.second;
-        // A second skipped entirely (no call in it) was not busy.
-        if busy && !cut && index == self.second.index + 1 {
+        // Seconds skipped entirely (no call in them) were busy only when a
+        // call waited through them for its slot: a rate below one call a
+        // second spaces its calls more than a second apart.
+        let next = index == self.second.index + 1;
+        let waited_through = now < self.next_slot + ONE_SECOND;
+        if busy && !cut && (next || waited_through) {
             self.raise();
         }
         self.second = Second {
@@ -341,6 +348,30 @@ mod tests {
         for _ in 0..3000 {
             now += ms(20);
             let _ = pace.try_send(now);
+            if pace.learnt().is_none() {
+                break;
+            }
+        }
+        assert_eq!(pace.learnt(), None);
+    }
+
+    #[test]
+    fn a_rate_below_one_call_a_second_climbs_back_too() {
+        let mut pace = Pace::new(1);
+        let sent = pace.try_send(ms(0)).unwrap();
+        pace.slowed(sent, ms(10), ms(100));
+        pace.try_send(ms(200)).unwrap();
+        let cut = pace.learnt().unwrap();
+        assert!(cut < 1.0, "{cut}");
+        // A caller with calls always waiting asks again at each slot, more
+        // than a second apart: the seconds between are busy, and the rate
+        // climbs back to the configured limit, which then paces alone.
+        let mut now = ms(200);
+        for _ in 0..100 {
+            now = match pace.try_send(now) {
+                Ok(_) => now + ms(1),
+                Err(slot) => slot,
+            };
             if pace.learnt().is_none() {
                 break;
             }
