@@ -17,7 +17,10 @@
 
 use std::{
     num::NonZeroU32,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -35,6 +38,9 @@ use crate::{
 
 /// Spacing margin over the exact period, in parts per thousand.
 const MARGIN_PER_MILLE: u32 = 25;
+/// [`RateGate::learnt`] while no pace is learnt: not the bits of any rate
+/// the pace holds (those are finite and at least its floor).
+const NOT_LEARNT: u64 = u64::MAX;
 
 /// The gate in front of a supplier.
 pub struct RateGate {
@@ -56,7 +62,11 @@ pub struct RateGate {
     /// in the order they came, one at a time.
     turn: tokio::sync::Mutex<()>,
     /// "Slow down" answers since start.
-    slow_downs: std::sync::atomic::AtomicU64,
+    slow_downs: AtomicU64,
+    /// The pace's learnt rate as `f64` bits ([`NOT_LEARNT`]: none), copied
+    /// at every change so that readers (admission, on the order path) need
+    /// not take the pace's lock.
+    learnt: AtomicU64,
 }
 
 impl RateGate {
@@ -77,6 +87,7 @@ impl RateGate {
             origin: Instant::now(),
             turn: tokio::sync::Mutex::new(()),
             slow_downs: Default::default(),
+            learnt: AtomicU64::new(NOT_LEARNT),
         }
     }
 
@@ -95,7 +106,8 @@ impl RateGate {
     /// The rate learnt from "slow down" answers, in calls a second, while it
     /// paces below the configured limit.
     pub fn learnt_per_second(&self) -> Option<f64> {
-        lock(&self.pace).learnt()
+        let bits = self.learnt.load(Ordering::Relaxed);
+        (bits != NOT_LEARNT).then(|| f64::from_bits(bits))
     }
 
     /// Waits until one more call may go out; the pass it carries to
@@ -148,6 +160,8 @@ impl RateGate {
 
     /// Publishes a new pace; a cut is logged.
     fn pace_changed(&self, before: Option<f64>, after: Option<f64>) {
+        self.learnt
+            .store(after.map_or(NOT_LEARNT, f64::to_bits), Ordering::Relaxed);
         let configured = f64::from(self.per_second);
         crate::metrics::supplier_pace(self.supplier, after.unwrap_or(configured));
         let cut = match (before, after) {
@@ -170,9 +184,17 @@ impl RateGate {
     /// cuts the pace when the pause ends.
     pub fn slow_down(&self, pass: Pass, pause: Duration) {
         let now = self.origin.elapsed();
-        let cut = lock(&self.pace).slowed(pass, now, pause);
-        self.slow_downs
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (cut, before, after) = {
+            let mut pace = lock(&self.pace);
+            let before = pace.learnt();
+            // A busy second ending here may raise the pace.
+            let cut = pace.slowed(pass, now, pause);
+            (cut, before, pace.learnt())
+        };
+        if after != before {
+            self.pace_changed(before, after);
+        }
+        self.slow_downs.fetch_add(1, Ordering::Relaxed);
         crate::metrics::supplier_slow_down();
         if cut {
             tracing::warn!(
@@ -188,14 +210,13 @@ impl RateGate {
     pub fn hold(&self, pause: Duration) {
         let now = self.origin.elapsed();
         lock(&self.pace).hold(now + pause);
-        self.slow_downs
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.slow_downs.fetch_add(1, Ordering::Relaxed);
         crate::metrics::supplier_slow_down();
     }
 
     /// "Slow down" answers since start.
     pub fn slow_downs(&self) -> u64 {
-        self.slow_downs.load(std::sync::atomic::Ordering::Relaxed)
+        self.slow_downs.load(Ordering::Relaxed)
     }
 }
 
