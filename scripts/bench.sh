@@ -30,6 +30,9 @@
 #                               told (nothing, its limit, twice it): how long orders
 #                               take to settle, its refusals for the rate, the pace
 #                               learnt from them
+#   scripts/bench.sh pace-minute the same against a supplier whose limit is a
+#                               minute's (Airalo's simulator, PACE_MINUTE_LIMIT a
+#                               minute, 120): the gate told nothing
 #
 # PARTNER_COUNTS="1 100" and DATABASES=sqlite (or postgres) run a part of it.
 # Many partners' requests draw their partner at random (PARTNER_ORDER=turn
@@ -353,22 +356,46 @@ pace() {
     stop_server
   done
 }
-# order_waits <database url>: live orders by status, and their waits from
-# acceptance to settlement (p50, p99, the longest, how many past 92 s).
+# A supplier whose limit is a minute's: the Airalo simulator takes
+# PACE_MINUTE_LIMIT (120) requests a minute, in fixed windows, and answers
+# past it with 429 and the seconds left of the minute; the gate is told
+# nothing. An open loop of SUPPLIER_RATE (20) orders a second from 20
+# partners for DURATION seconds (use several minutes), SQLite; the same
+# figures as `pace`, from Airalo.
+pace_minute() {
+  local limit="${PACE_MINUTE_LIMIT:-120}" url="sqlite://$work/pace-minute-$RANDOM.db?mode=rwc" result settle stats view
+  start_server "$url" batch \
+    ESIM__SUPPLIERS__ROUTE=airalo ESIM__AIRALO__REQUESTS_PER_SECOND=0 \
+    ESIM__SIMULATORS__AIRALO_RATE_LIMIT_PER_MINUTE="$limit" ESIM__SUPPLIER__POLL_INTERVAL_MS=500
+  result=$(load --partners 20 --rate "${SUPPLIER_RATE:-20}" --duration "$DURATION" --concurrency 64)
+  settle=$(wait_settled "${PACE_WAIT:-300}")
+  stats=$(curl -sf http://127.0.0.1:18590/sim/airalo/stats | jq -c 'del(.orders_per_description)')
+  view=$(operator GET /suppliers | jq -c '.data[] | select(.name == "airalo") | {calls, slow_downs, learnt_requests_per_second}')
+  stop_server
+  echo "{\"pace_minute\":{\"supplier_limit_per_minute\":$limit,\"told\":0},\"result\":$result,\"seconds_to_settle_after_the_run\":$settle,\"supplier_stats\":$stats,\"gate\":${view:-null},\"order_waits\":$(order_waits "$url"),\"order_waits_after_two_minutes\":$(order_waits "$url" 120)}"
+}
+# order_waits <database url> [seconds]: live orders by status, and their
+# waits from acceptance to settlement (p50, p99, the longest, how many past
+# 92 s); with seconds, only the orders accepted that long after the first.
 order_waits() {
+  local skip="${2:-0}"
   if [[ "$1" == postgres* ]]; then
-    psql "$1" -qAtc "WITH w AS (SELECT status, failure_code, extract(epoch FROM completed_at - created_at) AS s FROM orders WHERE mode = 'live')
+    psql "$1" -qAtc "WITH w AS (SELECT status, failure_code, extract(epoch FROM completed_at - created_at) AS s FROM orders WHERE mode = 'live'
+        AND created_at >= (SELECT min(created_at) FROM orders WHERE mode = 'live') + interval '$skip seconds')
       SELECT json_build_object('orders', count(*), 'refunded', count(*) FILTER (WHERE failure_code IS NOT NULL),
         'wait_p50_s', round(percentile_cont(0.5) WITHIN GROUP (ORDER BY s)::numeric, 1),
         'wait_p99_s', round(percentile_cont(0.99) WITHIN GROUP (ORDER BY s)::numeric, 1),
         'wait_max_s', round(max(s)::numeric, 1), 'past_92_s', count(*) FILTER (WHERE s > 92)) FROM w"
   else
-    python3 - "${1#sqlite://}" <<'PY'
+    python3 - "${1#sqlite://}" "$skip" <<'PY'
 import json, sqlite3, sys
-from datetime import datetime
+from datetime import datetime, timedelta
 db = sqlite3.connect(sys.argv[1].split("?")[0])
 rows = db.execute("SELECT failure_code, created_at, completed_at FROM orders WHERE mode = 'live'").fetchall()
 at = lambda text: datetime.fromisoformat(text.replace(" +00:00", "+00:00"))
+if rows:
+    since = min(at(made) for _, made, _ in rows) + timedelta(seconds=float(sys.argv[2]))
+    rows = [row for row in rows if at(row[1]) >= since]
 waits = sorted((at(done) - at(made)).total_seconds() for _, made, done in rows if done)
 pick = lambda q: round(waits[min(len(waits) - 1, int(q * len(waits)))], 1) if waits else None
 print(json.dumps({"orders": len(rows), "refunded": sum(1 for code, _, _ in rows if code),
@@ -386,6 +413,7 @@ if [ "${1:-all}" = profile ]; then profile_orders; exit 0; fi
 if [ "${1:-all}" = statements ]; then statements; exit 0; fi
 if [ "${1:-all}" = settling ]; then settling; exit 0; fi
 if [ "${1:-all}" = pace ]; then pace; exit 0; fi
+if [ "${1:-all}" = pace-minute ]; then pace_minute; exit 0; fi
 orders_side_by_side
 
 for database in "${databases[@]}"; do
