@@ -50,8 +50,8 @@ const MIN_STEP: f64 = 0.1;
 pub const FLOOR: f64 = 0.1;
 /// The first rate learnt (with no limit configured) is at least this.
 const FIRST_FLOOR: f64 = 1.0;
-/// A call waits at most this long past its slot and still counts the
-/// seconds it waited through as busy.
+/// A call that asks again within this long after its slot waited through
+/// the seconds before it: they were busy, though no call went out in them.
 const ONE_SECOND: Duration = Duration::from_secs(1);
 
 /// What a call carries from the pace to its answer: the round it was sent in.
