@@ -361,7 +361,8 @@ pace() {
 # past it with 429 and the seconds left of the minute; the gate is told
 # nothing. An open loop of SUPPLIER_RATE (20) orders a second from 20
 # partners for DURATION seconds (use several minutes), SQLite; the same
-# figures as `pace`, from Airalo.
+# figures as `pace`, from Airalo, and every order's wait (order_waits) over
+# the drive and after its first two minutes.
 pace_minute() {
   local limit="${PACE_MINUTE_LIMIT:-120}" url="sqlite://$work/pace-minute-$RANDOM.db?mode=rwc" result settle stats view
   start_server "$url" batch \
