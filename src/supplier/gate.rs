@@ -142,20 +142,26 @@ impl RateGate {
         let _turn = self.turn.lock().await;
         loop {
             let now = self.origin.elapsed();
-            let (sent, before, after) = {
-                let mut pace = lock(&self.pace);
-                let before = pace.learnt();
-                let sent = pace.try_send(now);
-                (sent, before, pace.learnt())
-            };
-            if after != before {
-                self.pace_changed(before, after);
-            }
-            match sent {
+            match self.with_pace(|pace| pace.try_send(now)) {
                 Ok(pass) => return pass,
                 Err(until) => tokio::time::sleep_until(self.origin + until).await,
             }
         }
+    }
+
+    /// Runs `change` on the pace and publishes the learnt rate if it moved
+    /// (a call going out or an answer may end a busy second and raise it).
+    fn with_pace<R>(&self, change: impl FnOnce(&mut Pace) -> R) -> R {
+        let (result, before, after) = {
+            let mut pace = lock(&self.pace);
+            let before = pace.learnt();
+            let result = change(&mut pace);
+            (result, before, pace.learnt())
+        };
+        if after != before {
+            self.pace_changed(before, after);
+        }
+        result
     }
 
     /// Publishes a new pace; a cut is logged.
@@ -184,16 +190,7 @@ impl RateGate {
     /// cuts the pace when the pause ends.
     pub fn slow_down(&self, pass: Pass, pause: Duration) {
         let now = self.origin.elapsed();
-        let (cut, before, after) = {
-            let mut pace = lock(&self.pace);
-            let before = pace.learnt();
-            // A busy second ending here may raise the pace.
-            let cut = pace.slowed(pass, now, pause);
-            (cut, before, pace.learnt())
-        };
-        if after != before {
-            self.pace_changed(before, after);
-        }
+        let cut = self.with_pace(|pace| pace.slowed(pass, now, pause));
         self.slow_downs.fetch_add(1, Ordering::Relaxed);
         crate::metrics::supplier_slow_down();
         if cut {
