@@ -21,6 +21,7 @@ pub(crate) mod ordering;
 pub mod pace;
 pub mod partner;
 pub(crate) mod pricing;
+pub mod quota;
 pub(crate) mod rate;
 pub(crate) mod review;
 pub(crate) mod supplier;

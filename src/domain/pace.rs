@@ -25,11 +25,18 @@
 //!   at, by [`PROBE`] once it is near it (the limit is there).
 //! - A rate that climbs back to the configured limit is dropped: the
 //!   configured limit paces again.
+//! - A refusal naming a wait of [`super::quota::LONG_WAIT`] or more names
+//!   the end of a window longer than a second; once two such ends measured
+//!   one, [`WindowQuota`] spends each window's quota (a burst at its start,
+//!   the rest spread over it), and the window's refusals cut no rate: the
+//!   supplier was not counting seconds.
 //!
 //! Time is a [`Duration`] since an origin the caller chooses, so the
 //! arithmetic is pure and tested without a clock.
 
 use std::time::Duration;
+
+use super::quota::WindowQuota;
 
 /// A cut keeps this share of the rate in force.
 pub const KEEP_ON_CUT: f64 = 0.7;
@@ -83,6 +90,11 @@ pub struct Pace {
     sends: SlidingCount,
     /// The current second, for raises.
     second: Second,
+    /// The supplier's window longer than a second, once learnt.
+    windows: WindowQuota,
+    /// The round whose first refusal the window explained: its other
+    /// refusals lower the window's quota.
+    window_round: Option<u64>,
 }
 
 /// A cut waiting for its pause to end.
@@ -109,7 +121,15 @@ impl Pace {
             next_slot: Duration::ZERO,
             sends: SlidingCount::default(),
             second: Second::default(),
+            windows: WindowQuota::default(),
+            window_round: None,
         }
+    }
+
+    /// The supplier's window learnt from its named waits, if any: its
+    /// length and the calls this pace spends in one.
+    pub fn window(&self) -> Option<(Duration, u64)> {
+        self.windows.learnt()
     }
 
     /// The learnt rate, if one paces (below the configured limit).
@@ -124,6 +144,9 @@ impl Pace {
             return Err(self.paused_until);
         }
         self.apply_pending();
+        if let Some(until) = self.windows.wait_until(now) {
+            return Err(until);
+        }
         if let Some(rate) = self.learnt {
             if now < self.next_slot {
                 self.second.busy = true;
@@ -132,6 +155,7 @@ impl Pace {
             self.next_slot = now + Duration::from_secs_f64(1.0 / rate);
         }
         self.sends.add(now);
+        self.windows.sent(now);
         Ok(Pass { round: self.round })
     }
 
@@ -143,11 +167,17 @@ impl Pace {
             // A pass of this round was given after the last cut applied, so
             // nothing is pending; applied anyway, a cut is never lost.
             self.apply_pending();
-            self.pending = Some(Pending {
-                round: self.round,
-                sent: self.sends.last_second(now),
-                refused: 1,
-            });
+            self.window_round = None;
+            if self.windows.named(now, pause) {
+                // The window explains the refusal: no rate to cut.
+                self.window_round = Some(self.round);
+            } else {
+                self.pending = Some(Pending {
+                    round: self.round,
+                    sent: self.sends.last_second(now),
+                    refused: 1,
+                });
+            }
             self.round += 1;
             self.paused_until = self.paused_until.max(now + pause);
             self.second.cut = true;
@@ -157,6 +187,9 @@ impl Pace {
             && pending.round == pass.round
         {
             pending.refused += 1;
+        }
+        if self.window_round == Some(pass.round) {
+            self.windows.refused_again();
         }
         false
     }
@@ -388,6 +421,83 @@ mod tests {
         let learnt = pace.learnt();
         pace.try_send(ms(60_000)).unwrap();
         assert_eq!(pace.learnt(), learnt);
+    }
+
+    /// A supplier counting calls in minutes on the clock, as Airalo's
+    /// simulator does: a refused call's wait runs to its minute's end, in
+    /// whole seconds counted from the second the call came in.
+    struct MinuteLimit {
+        limit: u32,
+        minute: u64,
+        count: u32,
+    }
+
+    impl MinuteLimit {
+        /// The wait named if the call at `at` is refused.
+        fn call(&mut self, at: Duration) -> Option<Duration> {
+            let minute = at.as_secs() / 60;
+            if minute != self.minute {
+                (self.minute, self.count) = (minute, 0);
+            }
+            if self.count >= self.limit {
+                return Some(Duration::from_secs((minute + 1) * 60 - at.as_secs()));
+            }
+            self.count += 1;
+            None
+        }
+    }
+
+    #[test]
+    fn a_limit_a_minute_is_learnt_in_two_and_then_spread_over_each() {
+        let mut supplier = MinuteLimit {
+            limit: 120,
+            minute: 0,
+            count: 0,
+        };
+        let mut pace = Pace::new(0);
+        // A caller that always has a call waiting, for twenty minutes.
+        let (mut now, mut refused_at, mut sent_at) = (ms(0), Vec::new(), Vec::new());
+        while now < Duration::from_secs(1200) {
+            match pace.try_send(now) {
+                Ok(pass) => {
+                    sent_at.push(now);
+                    if let Some(wait) = supplier.call(now) {
+                        refused_at.push(now);
+                        pace.slowed(pass, now + ms(50), wait);
+                    }
+                    now += ms(1);
+                }
+                Err(until) => now = until,
+            }
+        }
+        // Two minutes in bursts, then the minute learnt.
+        assert_eq!(
+            pace.window().map(|(length, _)| length),
+            Some(Duration::from_secs(60))
+        );
+        let learnt_by = Duration::from_secs(121);
+        assert_eq!(refused_at.iter().filter(|at| **at < learnt_by).count(), 2);
+        // Each later minute: a quarter at its start, the rest at most a
+        // second apart; refused at most once, when a probed raise finds
+        // the limit again.
+        assert!(
+            refused_at.iter().filter(|at| **at >= learnt_by).count() <= 1,
+            "{refused_at:?}"
+        );
+        let later: Vec<_> = sent_at.iter().filter(|at| **at >= learnt_by).collect();
+        // The wait a refusal names aside.
+        let longest = later
+            .windows(2)
+            .filter(|pair| !refused_at.contains(pair[0]))
+            .map(|pair| *pair[1] - *pair[0])
+            .max()
+            .unwrap();
+        assert!(longest <= Duration::from_secs(1), "{longest:?}");
+        let minutes = later.len() as f64 / 1079.0 * 60.0;
+        assert!(
+            (105.0..=120.0).contains(&minutes),
+            "{minutes} calls a minute"
+        );
     }
 
     proptest! {

@@ -150,18 +150,41 @@ impl RateGate {
     }
 
     /// Runs `change` on the pace and publishes the learnt rate if it moved
-    /// (a call going out or an answer may end a busy second and raise it).
+    /// (a call going out or an answer may end a busy second and raise it),
+    /// and logs a window learnt or lowered.
     fn with_pace<R>(&self, change: impl FnOnce(&mut Pace) -> R) -> R {
         let (result, before, after) = {
             let mut pace = lock(&self.pace);
-            let before = pace.learnt();
+            let before = Learnt::of(&pace);
             let result = change(&mut pace);
-            (result, before, pace.learnt())
+            (result, before, Learnt::of(&pace))
         };
-        if after != before {
-            self.pace_changed(before, after);
+        if after.rate != before.rate {
+            self.pace_changed(before.rate, after.rate);
+        }
+        if let Some((length, calls)) = after.window
+            && before.window.is_none_or(|(_, before)| calls < before)
+        {
+            self.window_lowered(length, calls);
         }
         result
+    }
+
+    /// A window learnt from the supplier's named waits, or lowered by a
+    /// refusal (a raise of a call a window is not logged).
+    fn window_lowered(&self, length: Duration, calls: u64) {
+        tracing::warn!(
+            supplier = self.supplier,
+            window_seconds = length.as_secs(),
+            requests_per_window = calls,
+            "supplier calls spread over the supplier's window, a burst at its start"
+        );
+    }
+
+    /// The supplier's window learnt from its named waits, if any: its length
+    /// and the calls this node spends in one.
+    pub fn window(&self) -> Option<(Duration, u64)> {
+        lock(&self.pace).window()
     }
 
     /// Publishes a new pace; a cut is logged.
@@ -214,6 +237,23 @@ impl RateGate {
     /// "Slow down" answers since start.
     pub fn slow_downs(&self) -> u64 {
         self.slow_downs.load(Ordering::Relaxed)
+    }
+}
+
+/// What a pace has learnt, read before and after a change.
+struct Learnt {
+    /// The learnt rate, in calls a second.
+    rate: Option<f64>,
+    /// The learnt window and the calls spent in one.
+    window: Option<(Duration, u64)>,
+}
+
+impl Learnt {
+    fn of(pace: &Pace) -> Self {
+        Self {
+            rate: pace.learnt(),
+            window: pace.window(),
+        }
     }
 }
 
@@ -306,6 +346,35 @@ mod tests {
         gate.admit().await;
         assert!(started.elapsed() >= Duration::from_secs(3));
         assert_eq!(gate.learnt_per_second(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_a_minute_is_learnt_from_two_named_ends_and_spread() {
+        let gate = RateGate::new(0, None, "test");
+        let origin = Instant::now();
+        // A supplier taking 60 calls a minute (minutes from the origin),
+        // its refusals naming the rest of the minute; a caller always
+        // ready, for four minutes.
+        let (mut minute, mut count, mut refusals_after_two) = (0, 0, 0);
+        while origin.elapsed() < Duration::from_secs(240) {
+            let pass = gate.admit().await;
+            let at = origin.elapsed();
+            if at.as_secs() / 60 != minute {
+                (minute, count) = (at.as_secs() / 60, 0);
+            }
+            if count < 60 {
+                count += 1;
+                continue;
+            }
+            refusals_after_two += u32::from(at >= Duration::from_secs(121));
+            gate.slow_down(pass, Duration::from_secs((minute + 1) * 60 - at.as_secs()));
+        }
+        // Learnt as 54 (60 less the margin), one more for each busy window.
+        let (length, calls) = gate.window().expect("a window learnt");
+        assert_eq!(length, Duration::from_secs(60));
+        assert!((54..60).contains(&calls), "{calls}");
+        assert_eq!(refusals_after_two, 0);
+        assert_eq!(gate.slow_downs(), 2);
     }
 
     #[tokio::test(start_paused = true)]
