@@ -371,7 +371,7 @@ pace_minute() {
   result=$(load --partners 20 --rate "${SUPPLIER_RATE:-20}" --duration "$DURATION" --concurrency 64)
   settle=$(wait_settled "${PACE_WAIT:-300}")
   stats=$(curl -sf http://127.0.0.1:18590/sim/airalo/stats | jq -c 'del(.orders_per_description)')
-  view=$(operator GET /suppliers | jq -c '.data[] | select(.name == "airalo") | {calls, slow_downs, learnt_requests_per_second}')
+  view=$(operator GET /suppliers | jq -c '.data[] | select(.name == "airalo") | {calls, slow_downs, learnt_requests_per_second, learnt_window_seconds, learnt_requests_per_window}')
   stop_server
   echo "{\"pace_minute\":{\"supplier_limit_per_minute\":$limit,\"told\":0},\"result\":$result,\"seconds_to_settle_after_the_run\":$settle,\"supplier_stats\":$stats,\"gate\":${view:-null},\"order_waits\":$(order_waits "$url"),\"order_waits_after_two_minutes\":$(order_waits "$url" 120)}"
 }

@@ -168,6 +168,7 @@ impl SupplierEntry {
             BreakerState::HalfOpen => ("probing", None),
         };
         let (calls, units_placed) = self.tally.read();
+        let window = self.gate.window();
         SupplierView {
             name: self.name,
             in_route,
@@ -183,6 +184,8 @@ impl SupplierEntry {
             requests_per_second: self.gate.per_second(),
             slow_downs: self.gate.slow_downs(),
             learnt_requests_per_second: self.gate.learnt_per_second().map(round_tenths),
+            learnt_window_seconds: window.map(|(length, _)| length.as_secs()),
+            learnt_requests_per_window: window.map(|(_, calls)| calls),
         }
     }
 }
@@ -230,6 +233,14 @@ pub struct SupplierView {
     /// down" answers, while lower than `requests_per_second` (or with no
     /// limit configured); `null` otherwise.
     pub learnt_requests_per_second: Option<f64>,
+    /// The supplier's window longer than a second (Airalo's minute), in
+    /// seconds, once two of its "slow down" answers named where it ends;
+    /// `null` otherwise.
+    pub learnt_window_seconds: Option<u64>,
+    /// The calls this node spends in each such window (the calls the
+    /// supplier answered in one, less a margin): a burst at its start, the
+    /// rest spread over it; `null` with no window learnt.
+    pub learnt_requests_per_window: Option<u64>,
 }
 
 /// A rate shown to a tenth of a call a second.

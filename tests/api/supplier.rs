@@ -363,6 +363,17 @@ async fn orders_settle_at_the_pace_learnt_from_a_supplier_that_limits_more_than_
         .as_f64()
         .expect("a pace learnt");
     assert!(pace > 0.0 && pace <= 5.0, "{suppliers}");
+    // Its waits are a second's: no longer window is learnt.
+    assert_eq!(
+        esim_access["learnt_window_seconds"],
+        Value::Null,
+        "{suppliers}"
+    );
+    assert_eq!(
+        esim_access["learnt_requests_per_window"],
+        Value::Null,
+        "{suppliers}"
+    );
     // A slow-down is an answer: the supplier stayed in the route.
     assert_eq!(esim_access["times_taken_out"], 0, "{suppliers}");
     // The console's suppliers page says so too.

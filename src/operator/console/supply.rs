@@ -64,6 +64,9 @@ fn section(route: &str, suppliers: &[SupplierView], margins: &[MarginRow]) -> Ma
                             @if let Some(pace) = s.learnt_requests_per_second {
                                 " (paced at " (pace) " after slow-downs)"
                             }
+                            @if let (Some(calls), Some(seconds)) = (s.learnt_requests_per_window, s.learnt_window_seconds) {
+                                " (" (calls) " every " (seconds) " s)"
+                            }
                         }
                     }
                 }
