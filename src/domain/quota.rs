@@ -76,7 +76,8 @@ struct Learnt {
     sent: u64,
     /// Whether a call waited for the allowance in the current window.
     waited: bool,
-    /// Whether the supplier refused a call of the current window.
+    /// Whether the current window began where a refusal said the
+    /// supplier's ends: it raises nothing.
     refused: bool,
 }
 
@@ -201,7 +202,8 @@ impl Learnt {
     }
 
     /// Moves to the window of `now`: a window that ended busy (calls
-    /// waited) without a refusal raises the quota by a call.
+    /// waited) and did not begin at a refusal lets the next spend a call
+    /// more.
     fn roll(&mut self, now: Duration) {
         if now < self.start + self.length {
             return;
