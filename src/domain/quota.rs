@@ -55,7 +55,8 @@ const LONGEST_WINDOW: Duration = Duration::from_secs(3600);
 /// Windows learnt from a supplier's named waits, and the calls in them.
 #[derive(Debug, Clone, Default)]
 pub struct WindowQuota {
-    /// Where the last window the supplier named ends.
+    /// Where the last window the supplier named ends, until a window is
+    /// learnt (the learnt window then keeps its own start).
     anchor: Option<Duration>,
     /// Calls sent since `anchor`, before a window is learnt.
     sent_since_anchor: u64,
@@ -129,7 +130,6 @@ impl WindowQuota {
                 return false;
             }
             learnt.refused_at(end);
-            self.anchor = Some(end);
             return true;
         }
         if wait < LONG_WAIT {
