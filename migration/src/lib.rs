@@ -15,6 +15,7 @@ mod m20261125_000008_review_amounts;
 mod m20261125_000009_suppliers;
 mod m20261126_000010_operators;
 mod m20261204_000011_open_orders;
+mod m20261205_000012_units_room;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -34,6 +35,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000009_suppliers::Migration),
             Box::new(m20261126_000010_operators::Migration),
             Box::new(m20261204_000011_open_orders::Migration),
+            Box::new(m20261205_000012_units_room::Migration),
         ]
     }
 }

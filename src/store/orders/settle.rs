@@ -490,6 +490,7 @@ pub(super) fn settle_orders_update(
 mod tests {
     use super::*;
     use crate::store::tests::assert_planned_through;
+    use sea_orm::TransactionTrait;
 
     fn delivery(order_id: &str, n: i32, quantity: i32) -> Delivery {
         let order = crate::domain::order::fixtures::accepted(order_id, "prt_a", "k", 100);
@@ -556,6 +557,65 @@ mod tests {
             "o USING INDEX sqlite_autoindex_orders_1 (id=?)",
             "SCAN u",
         )
+        .await;
+    }
+
+    /// On PostgreSQL the units' pages keep room for the delivery's new row
+    /// versions: a delivery on a page filled by inserts is heap-only (no
+    /// index entry written), where a packed page sends it to another page
+    /// and every index.
+    #[tokio::test]
+    async fn deliveries_stay_on_their_units_page_on_postgres() {
+        crate::store::tests::on_own_postgres("esim_room", |db| async move {
+            let options = db
+                .query_one_raw(Statement::from_string(
+                    DbBackend::Postgres,
+                    "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'order_units'",
+                ))
+                .await
+                .unwrap()
+                .expect("the units' table");
+            let options: String = options.try_get_by_index(0).unwrap();
+            assert_eq!(options, "fillfactor=60");
+            // Two hundred units taken by a supplier order, as many pages'
+            // worth as a packed page holds and more.
+            db.execute_unprepared(
+                "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
+                 VALUES ('ptr_1', 'P', 'p', 'live', 'gold', now(), now()); \
+                 INSERT INTO orders (id, partner_id, mode, idempotency_key, plan_id, quantity, \
+                 unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
+                 refunded_cents, attempts, created_at) \
+                 VALUES ('ord_0Kq2xV3mZ8pL4nR6tY9wB1', 'ptr_1', 'live', 'k', 'pl_x', 200, 100, \
+                 20000, 100, 'list', '{}', 'processing', 0, 0, now()); \
+                 INSERT INTO order_units (id, order_id, unit_index, status, supplier_txn_id, \
+                 attempts, updated_at) \
+                 SELECT 'ord_0Kq2xV3mZ8pL4nR6tY9wB1_' || i, 'ord_0Kq2xV3mZ8pL4nR6tY9wB1', i, \
+                 'pending', 'sot_0Kq2xV3mZ8pL4nR6tY9wB1', 0, now() FROM generate_series(1, 200) AS i",
+            )
+            .await
+            .unwrap();
+            // The first ten delivered, as a delivery writes them.
+            let ids: Vec<String> = (1..=10).map(|n| format!("ord_0Kq2xV3mZ8pL4nR6tY9wB1_{n}")).collect();
+            let txn = db.begin().await.unwrap();
+            let update = settle_pending_update(
+                DbBackend::Postgres,
+                ids.iter().map(String::as_str),
+                UnitStatus::Delivered,
+                Utc::now(),
+            );
+            assert_eq!(update.exec(&txn).await.unwrap().rows_affected, 10);
+            let heap_only = txn
+                .query_one_raw(Statement::from_string(
+                    DbBackend::Postgres,
+                    "SELECT pg_stat_get_xact_tuples_hot_updated('order_units'::regclass)",
+                ))
+                .await
+                .unwrap()
+                .expect("a count");
+            let heap_only: i64 = heap_only.try_get_by_index(0).unwrap();
+            assert_eq!(heap_only, 10);
+            txn.commit().await.unwrap();
+        })
         .await;
     }
 
