@@ -23,7 +23,7 @@ use crate::{
     state::Suppliers,
     supplier::{
         Supplier,
-        airalo::AiraloClient,
+        airalo::{self, AiraloClient},
         esim_access::EsimAccessClient,
         gate::RateGate,
         metered::Metered,
@@ -185,6 +185,7 @@ fn live_suppliers(
                 shared_window,
                 "airalo-calls",
             )
+            .counting_in(airalo::LIMIT_WINDOW)
             .for_supplier(SupplierName::Airalo.as_str()),
         );
         let client = AiraloClient::new(

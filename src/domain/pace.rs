@@ -27,7 +27,8 @@
 //!   configured limit paces again.
 //! - A refusal naming a wait of [`super::quota::LONG_WAIT`] or more names
 //!   the end of a window longer than a second; once two such ends measured
-//!   one, [`WindowQuota`] spends each window's quota (a burst at its start,
+//!   one (or one did, for a supplier that documents its window's length:
+//!   [`Pace::with_window`]), [`WindowQuota`] spends each window's quota (a burst at its start,
 //!   the rest spread over it), and the window's refusals cut no rate: the
 //!   supplier was not counting seconds.
 //!
@@ -124,6 +125,13 @@ impl Pace {
             windows: WindowQuota::default(),
             window_round: None,
         }
+    }
+
+    /// The same pace for a supplier that documents counting its limit in
+    /// windows of `length`: one named end learns the window.
+    pub fn with_window(mut self, length: Duration) -> Self {
+        self.windows = WindowQuota::documented(length);
+        self
     }
 
     /// The supplier's window learnt from its named waits, if any: its
@@ -447,15 +455,15 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_limit_a_minute_is_learnt_in_two_and_then_spread_over_each() {
+    /// Twenty minutes of a caller that always has a call waiting, against
+    /// a supplier answering 120 calls a clock minute: when each call went
+    /// out, and when each refused one did.
+    fn twenty_minutes_of_a_limit_a_minute(mut pace: Pace) -> (Pace, Vec<Duration>, Vec<Duration>) {
         let mut supplier = MinuteLimit {
             limit: 120,
             minute: 0,
             count: 0,
         };
-        let mut pace = Pace::new(0);
-        // A caller that always has a call waiting, for twenty minutes.
         let (mut now, mut refused_at, mut sent_at) = (ms(0), Vec::new(), Vec::new());
         while now < Duration::from_secs(1200) {
             match pace.try_send(now) {
@@ -470,16 +478,13 @@ mod tests {
                 Err(until) => now = until,
             }
         }
-        // Two minutes in bursts, then the minute learnt.
-        assert_eq!(
-            pace.window().map(|(length, _)| length),
-            Some(Duration::from_secs(60))
-        );
-        let learnt_by = Duration::from_secs(121);
-        assert_eq!(refused_at.iter().filter(|at| **at < learnt_by).count(), 2);
-        // Each later minute: a quarter at its start, the rest at most a
-        // second apart; refused at most once, when a probed raise finds
-        // the limit again.
+        (pace, sent_at, refused_at)
+    }
+
+    /// Each minute once `learnt_by`: a quarter at its start, the rest at
+    /// most a second apart; refused at most once, when a probed raise finds
+    /// the limit again.
+    fn spread_from(learnt_by: Duration, sent_at: &[Duration], refused_at: &[Duration]) {
         assert!(
             refused_at.iter().filter(|at| **at >= learnt_by).count() <= 1,
             "{refused_at:?}"
@@ -493,11 +498,37 @@ mod tests {
             .max()
             .unwrap();
         assert!(longest <= Duration::from_secs(1), "{longest:?}");
-        let minutes = later.len() as f64 / 1079.0 * 60.0;
+        let span = (Duration::from_secs(1200) - learnt_by).as_secs_f64();
+        let minutes = later.len() as f64 / span * 60.0;
         assert!(
             (105.0..=120.0).contains(&minutes),
             "{minutes} calls a minute"
         );
+    }
+
+    #[test]
+    fn a_limit_a_minute_is_learnt_in_two_and_then_spread_over_each() {
+        let (pace, sent_at, refused_at) = twenty_minutes_of_a_limit_a_minute(Pace::new(0));
+        // Two minutes in bursts, then the minute learnt.
+        assert_eq!(
+            pace.window().map(|(length, _)| length),
+            Some(Duration::from_secs(60))
+        );
+        let learnt_by = Duration::from_secs(121);
+        assert_eq!(refused_at.iter().filter(|at| **at < learnt_by).count(), 2);
+        spread_from(learnt_by, &sent_at, &refused_at);
+    }
+
+    #[test]
+    fn a_documented_minute_is_learnt_from_its_first_refusal() {
+        let minute = Duration::from_secs(60);
+        let (pace, sent_at, refused_at) =
+            twenty_minutes_of_a_limit_a_minute(Pace::new(0).with_window(minute));
+        assert_eq!(pace.window().map(|(length, _)| length), Some(minute));
+        // One minute in a burst, then spread.
+        let learnt_by = Duration::from_secs(61);
+        assert_eq!(refused_at.iter().filter(|at| **at < learnt_by).count(), 1);
+        spread_from(learnt_by, &sent_at, &refused_at);
     }
 
     proptest! {

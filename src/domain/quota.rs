@@ -28,8 +28,13 @@
 //! the next spend a call more, so that a raised limit is found again, as
 //! the pace climbs back.
 //!
-//! The first window is not spread: until two ends have been named, the
-//! pace's own cut and the supplier's wait apply, as they did before.
+//! A supplier that documents the length of its window (Airalo counts a
+//! minute) needs one named end, not two: [`WindowQuota::documented`] keeps
+//! the times of the calls sent within a window's length, and the first
+//! refusal naming a long wait learns the window at once, its quota the
+//! calls answered since the window the refusal ends began. Otherwise the
+//! first window is not spread: until two ends have been named, the pace's
+//! own cut and the supplier's wait apply, as they did before.
 //! Windows are anchored at the ends the supplier named and then follow one
 //! another at the learnt length: a supplier whose windows start with a
 //! client's first call after the last one ended (rather than on the clock)
@@ -39,7 +44,7 @@
 //! Time is a [`Duration`] since an origin the caller chooses, so the
 //! arithmetic is pure and tested without a clock.
 
-use std::time::Duration;
+use std::{collections::VecDeque, time::Duration};
 
 /// A named wait at least this long is the rest of a window, not a second's
 /// pause.
@@ -51,6 +56,9 @@ pub const MARGIN: f64 = 0.9;
 /// A window longer than this is not learnt (a wait this long is an outage's
 /// or a day's quota's, not a pace to spread).
 const LONGEST_WINDOW: Duration = Duration::from_secs(3600);
+/// How late a named end may be: waits are named in whole seconds, counted
+/// from the second the call came in.
+const NAMED_LATE: Duration = Duration::from_secs(1);
 
 /// Windows learnt from a supplier's named waits, and the calls in them.
 #[derive(Debug, Clone, Default)]
@@ -60,8 +68,15 @@ pub struct WindowQuota {
     anchor: Option<Duration>,
     /// Calls sent since `anchor`, before a window is learnt.
     sent_since_anchor: u64,
-    /// The learnt window, once two named ends measured one.
+    /// The learnt window, once two named ends measured one (or one named
+    /// end the documented window).
     learnt: Option<Learnt>,
+    /// The length of window the supplier documents counting its limit in,
+    /// if it does.
+    documented: Option<Duration>,
+    /// When the calls within the documented window (and a second) before
+    /// the last one went out, until a window is learnt.
+    recent: VecDeque<Duration>,
 }
 
 /// A window and its quota, and the calls of the current one.
@@ -83,6 +98,15 @@ struct Learnt {
 }
 
 impl WindowQuota {
+    /// A quota for a supplier that documents counting its limit in windows
+    /// of `length`: the first refusal naming a long wait learns it.
+    pub fn documented(length: Duration) -> Self {
+        Self {
+            documented: Some(length),
+            ..Self::default()
+        }
+    }
+
     /// The window learnt, if any: its length and the calls a window spends
     /// (the quota less the margin).
     pub fn learnt(&self) -> Option<(Duration, u64)> {
@@ -112,6 +136,16 @@ impl WindowQuota {
                 if self.anchor.is_some_and(|anchor| now >= anchor) {
                     self.sent_since_anchor += 1;
                 }
+                if let Some(length) = self.documented {
+                    self.recent.push_back(now);
+                    while self
+                        .recent
+                        .front()
+                        .is_some_and(|at| *at + length + NAMED_LATE < now)
+                    {
+                        self.recent.pop_front();
+                    }
+                }
             }
         }
     }
@@ -134,6 +168,10 @@ impl WindowQuota {
         }
         if wait < LONG_WAIT {
             return false;
+        }
+        if let Some(length) = self.documented.filter(|length| wait <= *length) {
+            self.learn_documented(end, length);
+            return true;
         }
         let explained = match self.anchor {
             Some(anchor) => self.learn(end - anchor.min(end)),
@@ -164,15 +202,20 @@ impl WindowQuota {
         };
         // The call just refused was counted as sent.
         let answered = self.sent_since_anchor.saturating_sub(1).max(1);
-        self.learnt = Some(Learnt {
-            length,
-            quota: answered as f64,
-            start: anchor + length,
-            sent: 0,
-            waited: false,
-            refused: false,
-        });
+        self.learnt = Some(Learnt::from(length, answered, anchor + length));
         true
+    }
+
+    /// Learns the documented window of `length` from the supplier's window
+    /// ending at `end`: its quota is the calls sent since that window began
+    /// but the one refused. The end may be named up to a second late, so a
+    /// second more is counted (a second's calls of the window before, at
+    /// most, which the margin absorbs and a refusal corrects).
+    fn learn_documented(&mut self, end: Duration, length: Duration) {
+        let began = end.saturating_sub(length + NAMED_LATE);
+        let sent = self.recent.iter().filter(|at| **at >= began).count() as u64;
+        self.learnt = Some(Learnt::from(length, sent.saturating_sub(1).max(1), end));
+        self.recent = VecDeque::new();
     }
 }
 
@@ -184,13 +227,26 @@ impl WindowQuota {
 fn whole_window(measured: Duration) -> Duration {
     let seconds = measured.as_secs_f64();
     let minutes = (seconds / 60.0).round();
-    if minutes >= 1.0 && (seconds - minutes * 60.0).abs() <= 1.0 {
+    if minutes >= 1.0 && (seconds - minutes * 60.0).abs() <= NAMED_LATE.as_secs_f64() {
         return Duration::from_secs(minutes as u64 * 60);
     }
     Duration::from_secs(seconds.round() as u64)
 }
 
 impl Learnt {
+    /// A window of `length` starting at `start`, `answered` calls of the
+    /// one before it the quota.
+    fn from(length: Duration, answered: u64, start: Duration) -> Self {
+        Self {
+            length,
+            quota: answered as f64,
+            start,
+            sent: 0,
+            waited: false,
+            refused: false,
+        }
+    }
+
     /// Calls a window spends: the quota less the margin, at least one.
     fn usable(&self) -> u64 {
         ((self.quota * MARGIN).floor() as u64).max(1)
@@ -338,6 +394,34 @@ mod tests {
     }
 
     #[test]
+    fn a_documented_minute_is_learnt_from_one_named_end() {
+        let mut quota = WindowQuota::documented(secs(60.0));
+        // The window before: not counted.
+        for i in 0..30 {
+            quota.sent(secs(10.0 + f64::from(i) * 0.1));
+        }
+        // 120 answered in the window from 60 s, the 121st refused, its
+        // end named 0.9 s late.
+        for i in 0..121 {
+            quota.sent(secs(60.0 + f64::from(i) * 0.1));
+        }
+        assert!(quota.named(secs(72.0), secs(48.9)));
+        assert_eq!(quota.learnt(), Some((secs(60.0), 108)));
+        // Nothing before the end named; then the burst.
+        assert_eq!(quota.wait_until(secs(100.0)), Some(secs(120.9)));
+        assert_eq!(quota.wait_until(secs(120.9)), None);
+    }
+
+    #[test]
+    fn a_wait_longer_than_the_documented_window_is_not_it() {
+        let mut quota = WindowQuota::documented(secs(60.0));
+        quota.sent(secs(1.0));
+        assert!(!quota.named(secs(1.0), secs(300.0)));
+        assert!(!quota.named(secs(2.0), secs(1.0)));
+        assert_eq!(quota.learnt(), None);
+    }
+
+    #[test]
     fn a_minute_measured_a_second_off_is_a_minute() {
         assert_eq!(whole_window(secs(59.2)), secs(60.0));
         assert_eq!(whole_window(secs(60.9)), secs(60.0));
@@ -365,8 +449,13 @@ mod tests {
         #[test]
         fn no_window_sends_more_than_it_may(
             steps in proptest::collection::vec((1u64..3000, 0u8..20, 2u64..90), 1..400),
+            documented in any::<bool>(),
         ) {
-            let mut quota = WindowQuota::default();
+            let mut quota = if documented {
+                WindowQuota::documented(Duration::from_secs(60))
+            } else {
+                WindowQuota::default()
+            };
             let mut now = Duration::ZERO;
             let mut window: Option<(Duration, u64)> = None;
             for (gap_ms, action, wait) in steps {

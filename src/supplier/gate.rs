@@ -91,6 +91,14 @@ impl RateGate {
         }
     }
 
+    /// The same gate for a supplier that documents counting its limit in
+    /// windows of `length`: its pace learns the window from the first
+    /// refusal naming a long wait, not from two.
+    pub fn counting_in(mut self, length: Duration) -> Self {
+        self.pace = Mutex::new(Pace::new(self.per_second).with_window(length));
+        self
+    }
+
     /// The same gate, naming its supplier on metrics.
     pub fn for_supplier(mut self, supplier: &'static str) -> Self {
         self.supplier = supplier;
@@ -348,14 +356,12 @@ mod tests {
         assert_eq!(gate.learnt_per_second(), None);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_limit_a_minute_is_learnt_from_two_named_ends_and_spread() {
-        let gate = RateGate::new(0, None, "test");
+    /// A supplier taking 60 calls a minute (minutes from the start), its
+    /// refusals naming the rest of the minute; a caller always ready, for
+    /// four minutes. The refusals from `learnt_by` on.
+    async fn four_minutes_of_60_a_minute(gate: &RateGate, learnt_by: Duration) -> u32 {
         let origin = Instant::now();
-        // A supplier taking 60 calls a minute (minutes from the origin),
-        // its refusals naming the rest of the minute; a caller always
-        // ready, for four minutes.
-        let (mut minute, mut count, mut refusals_after_two) = (0, 0, 0);
+        let (mut minute, mut count, mut refusals_after) = (0, 0, 0);
         while origin.elapsed() < Duration::from_secs(240) {
             let pass = gate.admit().await;
             let at = origin.elapsed();
@@ -366,15 +372,35 @@ mod tests {
                 count += 1;
                 continue;
             }
-            refusals_after_two += u32::from(at >= Duration::from_secs(121));
+            refusals_after += u32::from(at >= learnt_by);
             gate.slow_down(pass, Duration::from_secs((minute + 1) * 60 - at.as_secs()));
         }
-        // Learnt as 54 (60 less the margin), one more for each busy window.
+        refusals_after
+    }
+
+    /// Learnt as 54 (60 less the margin), one more for each busy window.
+    fn a_minute_of_54_or_more(gate: &RateGate) {
         let (length, calls) = gate.window().expect("a window learnt");
         assert_eq!(length, Duration::from_secs(60));
         assert!((54..60).contains(&calls), "{calls}");
-        assert_eq!(refusals_after_two, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_a_minute_is_learnt_from_two_named_ends_and_spread() {
+        let gate = RateGate::new(0, None, "test");
+        let refused = four_minutes_of_60_a_minute(&gate, Duration::from_secs(121)).await;
+        a_minute_of_54_or_more(&gate);
+        assert_eq!(refused, 0);
         assert_eq!(gate.slow_downs(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_documented_minute_is_learnt_from_the_first_named_end() {
+        let gate = RateGate::new(0, None, "test").counting_in(Duration::from_secs(60));
+        let refused = four_minutes_of_60_a_minute(&gate, Duration::from_secs(61)).await;
+        a_minute_of_54_or_more(&gate);
+        assert_eq!(refused, 0);
+        assert_eq!(gate.slow_downs(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -59,6 +59,11 @@ use crate::sync::lock;
 pub const MAX_QUANTITY: u32 = 50;
 /// How long Airalo caches a usage answer, and so how long the client keeps it.
 pub const USAGE_CACHE_TTL: Duration = Duration::from_secs(20 * 60);
+
+/// Airalo counts its limits a minute at a time (its Rate limits page: so
+/// many requests a minute per client id, per token, per ICCID), so the
+/// node's pace learns the window from the first 429 naming a long wait.
+pub const LIMIT_WINDOW: Duration = Duration::from_secs(60);
 /// Most ICCIDs whose usage is kept.
 const USAGE_CACHE_MAX: usize = 10_000;
 /// Orders per page of the order list.
