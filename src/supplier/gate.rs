@@ -67,6 +67,9 @@ pub struct RateGate {
     /// at every change so that readers (admission, on the order path) need
     /// not take the pace's lock.
     learnt: AtomicU64,
+    /// The learnt window's calls spread over its length, in calls a second
+    /// as `f64` bits ([`NOT_LEARNT`]: none), published as `learnt` is.
+    window_rate: AtomicU64,
 }
 
 impl RateGate {
@@ -88,6 +91,7 @@ impl RateGate {
             turn: tokio::sync::Mutex::new(()),
             slow_downs: Default::default(),
             learnt: AtomicU64::new(NOT_LEARNT),
+            window_rate: AtomicU64::new(NOT_LEARNT),
         }
     }
 
@@ -116,6 +120,19 @@ impl RateGate {
     pub fn learnt_per_second(&self) -> Option<f64> {
         let bits = self.learnt.load(Ordering::Relaxed);
         (bits != NOT_LEARNT).then(|| f64::from_bits(bits))
+    }
+
+    /// Calls a second the supplier takes now, as learnt from its "slow
+    /// down" answers: the lesser of the pace learnt and the learnt window's
+    /// calls spread over it (a minute's 108 calls are 1.8 a second, however
+    /// fast a burst of them goes out); `None` while nothing is learnt.
+    pub fn paced_per_second(&self) -> Option<f64> {
+        let bits = self.window_rate.load(Ordering::Relaxed);
+        let window = (bits != NOT_LEARNT).then(|| f64::from_bits(bits));
+        match (self.learnt_per_second(), window) {
+            (Some(pace), Some(window)) => Some(pace.min(window)),
+            (pace, window) => pace.or(window),
+        }
     }
 
     /// Waits until one more call may go out; the pass it carries to
@@ -169,6 +186,12 @@ impl RateGate {
         };
         if after.rate != before.rate {
             self.pace_changed(before.rate, after.rate);
+        }
+        if after.window != before.window {
+            let rate = after.window.map_or(NOT_LEARNT, |(length, calls)| {
+                (calls as f64 / length.as_secs_f64()).to_bits()
+            });
+            self.window_rate.store(rate, Ordering::Relaxed);
         }
         if let Some((length, calls)) = after.window
             && before.window.is_none_or(|(_, before)| calls < before)
@@ -401,6 +424,14 @@ mod tests {
         a_minute_of_54_or_more(&gate);
         assert_eq!(refused, 0);
         assert_eq!(gate.slow_downs(), 1);
+        // No per-second pace was cut; the minute's calls spread over it
+        // are what the supplier takes a second.
+        assert_eq!(gate.learnt_per_second(), None);
+        let (length, calls) = gate.window().expect("a window learnt");
+        assert_eq!(
+            gate.paced_per_second(),
+            Some(calls as f64 / length.as_secs_f64())
+        );
     }
 
     #[tokio::test(start_paused = true)]

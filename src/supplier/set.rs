@@ -135,12 +135,12 @@ impl SupplierEntry {
     }
 
     /// The slots the supplier's pace keeps busy: a quarter of a second's
-    /// calls at the pace learnt from its slow-down answers, else all of
-    /// them. Units then gather into fuller supplier orders while the
-    /// supplier takes fewer calls, rather than each of many thin orders
+    /// calls at the pace (or window) learnt from its slow-down answers,
+    /// else all of them. Units then gather into fuller supplier orders
+    /// while the supplier takes fewer calls, rather than each of many thin orders
     /// spending two calls of a pace too slow for them.
     fn slots_at_pace(&self) -> usize {
-        match self.gate.learnt_per_second() {
+        match self.gate.paced_per_second() {
             Some(pace) => ((pace / 4.0) as usize).clamp(1, self.slot_count),
             None => self.slot_count,
         }
@@ -408,6 +408,27 @@ mod tests {
         let pace = gate.learnt_per_second().unwrap();
         assert!((pace - 18.0).abs() < 1e-9, "{pace}");
         assert_eq!(entry.slots_at_pace(), 4);
+        assert!(!entry.has_free_slot());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_learnt_window_keeps_one_slot_free_so_units_gather() {
+        let gate = Arc::new(RateGate::new(0, None, "test").counting_in(Duration::from_secs(60)));
+        let entry = SupplierEntry::new(
+            SupplierName::Airalo,
+            Arc::new(SandboxSupplier::new(Duration::ZERO)),
+            gate.clone(),
+            Arc::new(Tally::default()),
+            Breaker::new(0, Duration::from_secs(1)),
+        );
+        // A minute's 120 calls in a burst, the 121st refused with the
+        // rest of the minute: no pace a second, a window of 108 calls
+        // (1.8 a second), one supplier order at a time.
+        gate.met_burst(120, 1, Duration::from_secs(30)).await;
+        assert_eq!(gate.learnt_per_second(), None);
+        assert_eq!(gate.window(), Some((Duration::from_secs(60), 108)));
+        assert_eq!(entry.slots_at_pace(), 1);
+        let _held = entry.slots.clone().try_acquire_owned().unwrap();
         assert!(!entry.has_free_slot());
     }
 }
