@@ -373,7 +373,7 @@ pace_minute() {
   stats=$(curl -sf http://127.0.0.1:18590/sim/airalo/stats | jq -c 'del(.orders_per_description)')
   view=$(operator GET /suppliers | jq -c '.data[] | select(.name == "airalo") | {calls, slow_downs, learnt_requests_per_second, learnt_window_seconds, learnt_requests_per_window}')
   stop_server
-  echo "{\"pace_minute\":{\"supplier_limit_per_minute\":$limit,\"told\":0},\"result\":$result,\"seconds_to_settle_after_the_run\":$settle,\"supplier_stats\":$stats,\"gate\":${view:-null},\"order_waits\":$(order_waits "$url"),\"order_waits_after_two_minutes\":$(order_waits "$url" 120)}"
+  echo "{\"pace_minute\":{\"supplier_limit_per_minute\":$limit,\"told\":0},\"result\":$result,\"seconds_to_settle_after_the_run\":$settle,\"supplier_stats\":$stats,\"gate\":${view:-null},\"order_waits\":$(order_waits "$url"),\"order_waits_after_the_first_minute\":$(order_waits "$url" 60),\"order_waits_after_two_minutes\":$(order_waits "$url" 120)}"
 }
 # order_waits <database url> [seconds]: live orders by status, and their
 # waits from acceptance to settlement (p50, p99, the longest, how many past
