@@ -380,16 +380,20 @@ mod tests {
     use super::*;
     use crate::supplier::sandbox::SandboxSupplier;
 
-    fn unlimited_entry() -> (SupplierEntry, Arc<RateGate>) {
-        let gate = Arc::new(RateGate::new(0, None, "test"));
+    fn entry_behind(name: SupplierName, gate: RateGate) -> (SupplierEntry, Arc<RateGate>) {
+        let gate = Arc::new(gate);
         let entry = SupplierEntry::new(
-            SupplierName::EsimAccess,
+            name,
             Arc::new(SandboxSupplier::new(Duration::ZERO)),
             gate.clone(),
             Arc::new(Tally::default()),
             Breaker::new(0, Duration::from_secs(1)),
         );
         (entry, gate)
+    }
+
+    fn unlimited_entry() -> (SupplierEntry, Arc<RateGate>) {
+        entry_behind(SupplierName::EsimAccess, RateGate::new(0, None, "test"))
     }
 
     #[tokio::test(start_paused = true)]
@@ -413,14 +417,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_learnt_window_keeps_one_slot_free_so_units_gather() {
-        let gate = Arc::new(RateGate::new(0, None, "test").counting_in(Duration::from_secs(60)));
-        let entry = SupplierEntry::new(
-            SupplierName::Airalo,
-            Arc::new(SandboxSupplier::new(Duration::ZERO)),
-            gate.clone(),
-            Arc::new(Tally::default()),
-            Breaker::new(0, Duration::from_secs(1)),
-        );
+        let minute = RateGate::new(0, None, "test").counting_in(Duration::from_secs(60));
+        let (entry, gate) = entry_behind(SupplierName::Airalo, minute);
         // A minute's 120 calls in a burst, the 121st refused with the
         // rest of the minute: no pace a second, a window of 108 calls
         // (1.8 a second), one supplier order at a time.

@@ -560,6 +560,33 @@ mod tests {
         .await;
     }
 
+    /// A partner `ptr_1` with `count` live orders `ord_1`, `ord_2`, … of
+    /// `quantity` units each, processing, written straight into PostgreSQL.
+    async fn processing_orders(db: &Db, count: u32, quantity: u32) {
+        db.execute_unprepared(&format!(
+            "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
+             VALUES ('ptr_1', 'P', 'p', 'live', 'gold', now(), now()); \
+             INSERT INTO orders (id, partner_id, mode, idempotency_key, plan_id, quantity, \
+             unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
+             refunded_cents, attempts, created_at) \
+             SELECT 'ord_' || i, 'ptr_1', 'live', 'k' || i, 'pl_x', {quantity}, 100, \
+             100 * {quantity}, 100, 'list', '{{}}', 'processing', 0, 0, now() \
+             FROM generate_series(1, {count}) AS i"
+        ))
+        .await
+        .unwrap();
+    }
+
+    /// The one value a PostgreSQL query answers.
+    async fn one_value<C: ConnectionTrait, T: sea_orm::TryGetable>(db: &C, sql: &str) -> T {
+        let row = db
+            .query_one_raw(Statement::from_string(DbBackend::Postgres, sql))
+            .await
+            .unwrap()
+            .expect("a row");
+        row.try_get_by_index(0).unwrap()
+    }
+
     /// On PostgreSQL the units' pages keep room for the delivery's new row
     /// versions: a delivery on a page filled by inserts is heap-only (no
     /// index entry written), where a packed page sends it to another page
@@ -567,35 +594,25 @@ mod tests {
     #[tokio::test]
     async fn deliveries_stay_on_their_units_page_on_postgres() {
         crate::store::tests::on_own_postgres("esim_room", |db| async move {
-            let options = db
-                .query_one_raw(Statement::from_string(
-                    DbBackend::Postgres,
-                    "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'order_units'",
-                ))
-                .await
-                .unwrap()
-                .expect("the units' table");
-            let options: String = options.try_get_by_index(0).unwrap();
+            let options: String = one_value(
+                &db,
+                "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'order_units'",
+            )
+            .await;
             assert_eq!(options, "fillfactor=60");
             // Two hundred units taken by a supplier order, as many pages'
             // worth as a packed page holds and more.
+            processing_orders(&db, 1, 200).await;
             db.execute_unprepared(
-                "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
-                 VALUES ('ptr_1', 'P', 'p', 'live', 'gold', now(), now()); \
-                 INSERT INTO orders (id, partner_id, mode, idempotency_key, plan_id, quantity, \
-                 unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
-                 refunded_cents, attempts, created_at) \
-                 VALUES ('ord_0Kq2xV3mZ8pL4nR6tY9wB1', 'ptr_1', 'live', 'k', 'pl_x', 200, 100, \
-                 20000, 100, 'list', '{}', 'processing', 0, 0, now()); \
-                 INSERT INTO order_units (id, order_id, unit_index, status, supplier_txn_id, \
+                "INSERT INTO order_units (id, order_id, unit_index, status, supplier_txn_id, \
                  attempts, updated_at) \
-                 SELECT 'ord_0Kq2xV3mZ8pL4nR6tY9wB1_' || i, 'ord_0Kq2xV3mZ8pL4nR6tY9wB1', i, \
-                 'pending', 'sot_0Kq2xV3mZ8pL4nR6tY9wB1', 0, now() FROM generate_series(1, 200) AS i",
+                 SELECT 'ord_1_' || i, 'ord_1', i, 'pending', 'sot_0Kq2xV3mZ8pL4nR6tY9wB1', 0, \
+                 now() FROM generate_series(1, 200) AS i",
             )
             .await
             .unwrap();
             // The first ten delivered, as a delivery writes them.
-            let ids: Vec<String> = (1..=10).map(|n| format!("ord_0Kq2xV3mZ8pL4nR6tY9wB1_{n}")).collect();
+            let ids: Vec<String> = (1..=10).map(|n| unit_id("ord_1", n)).collect();
             let txn = db.begin().await.unwrap();
             let update = settle_pending_update(
                 DbBackend::Postgres,
@@ -604,15 +621,11 @@ mod tests {
                 Utc::now(),
             );
             assert_eq!(update.exec(&txn).await.unwrap().rows_affected, 10);
-            let heap_only = txn
-                .query_one_raw(Statement::from_string(
-                    DbBackend::Postgres,
-                    "SELECT pg_stat_get_xact_tuples_hot_updated('order_units'::regclass)",
-                ))
-                .await
-                .unwrap()
-                .expect("a count");
-            let heap_only: i64 = heap_only.try_get_by_index(0).unwrap();
+            let heap_only: i64 = one_value(
+                &txn,
+                "SELECT pg_stat_get_xact_tuples_hot_updated('order_units'::regclass)",
+            )
+            .await;
             assert_eq!(heap_only, 10);
             txn.commit().await.unwrap();
         })
@@ -626,15 +639,9 @@ mod tests {
     #[tokio::test]
     async fn the_tally_probes_each_order_by_key_on_postgres() {
         crate::store::tests::on_own_postgres("esim_tally", |db| async move {
+            processing_orders(&db, 10_000, 2).await;
             db.execute_unprepared(
-                "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
-                 VALUES ('ptr_1', 'P', 'p', 'live', 'gold', now(), now()); \
-                 INSERT INTO orders (id, partner_id, mode, idempotency_key, plan_id, quantity, \
-                 unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
-                 refunded_cents, attempts, created_at) \
-                 SELECT 'ord_' || i, 'ptr_1', 'live', 'k' || i, 'pl_x', 2, 100, 200, 100, 'list', \
-                 '{}', 'processing', 0, 0, now() FROM generate_series(1, 10000) AS i; \
-                 INSERT INTO order_units (id, order_id, unit_index, status, attempts, updated_at) \
+                "INSERT INTO order_units (id, order_id, unit_index, status, attempts, updated_at) \
                  VALUES ('ord_7_1', 'ord_7', 1, 'delivered', 0, now()), \
                  ('ord_8_1', 'ord_8', 1, 'delivered', 0, now()), \
                  ('ord_8_2', 'ord_8', 2, 'refunded', 0, now())",
