@@ -67,9 +67,6 @@ pub struct RateGate {
     /// at every change so that readers (admission, on the order path) need
     /// not take the pace's lock.
     learnt: AtomicU64,
-    /// The learnt window's calls spread over its length, in calls a second
-    /// as `f64` bits ([`NOT_LEARNT`]: none), published as `learnt` is.
-    window_rate: AtomicU64,
 }
 
 impl RateGate {
@@ -91,7 +88,6 @@ impl RateGate {
             turn: tokio::sync::Mutex::new(()),
             slow_downs: Default::default(),
             learnt: AtomicU64::new(NOT_LEARNT),
-            window_rate: AtomicU64::new(NOT_LEARNT),
         }
     }
 
@@ -126,9 +122,12 @@ impl RateGate {
     /// down" answers: the lesser of the pace learnt and the learnt window's
     /// calls spread over it (a minute's 108 calls are 1.8 a second, however
     /// fast a burst of them goes out); `None` while nothing is learnt.
+    /// Read where supplier orders are placed, not on the order path, so
+    /// the window is read under the pace's lock.
     pub fn paced_per_second(&self) -> Option<f64> {
-        let bits = self.window_rate.load(Ordering::Relaxed);
-        let window = (bits != NOT_LEARNT).then(|| f64::from_bits(bits));
+        let window = self
+            .window()
+            .map(|(length, calls)| calls as f64 / length.as_secs_f64());
         match (self.learnt_per_second(), window) {
             (Some(pace), Some(window)) => Some(pace.min(window)),
             (pace, window) => pace.or(window),
@@ -186,12 +185,6 @@ impl RateGate {
         };
         if after.rate != before.rate {
             self.pace_changed(before.rate, after.rate);
-        }
-        if after.window != before.window {
-            let rate = after.window.map_or(NOT_LEARNT, |(length, calls)| {
-                (calls as f64 / length.as_secs_f64()).to_bits()
-            });
-            self.window_rate.store(rate, Ordering::Relaxed);
         }
         if let Some((length, calls)) = after.window
             && before.window.is_none_or(|(_, before)| calls < before)
