@@ -16,6 +16,7 @@ mod m20261125_000009_suppliers;
 mod m20261126_000010_operators;
 mod m20261204_000011_open_orders;
 mod m20261205_000012_units_room;
+mod m20261205_000013_units_by_unit_id;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -36,6 +37,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000010_operators::Migration),
             Box::new(m20261204_000011_open_orders::Migration),
             Box::new(m20261205_000012_units_room::Migration),
+            Box::new(m20261205_000013_units_by_unit_id::Migration),
         ]
     }
 }

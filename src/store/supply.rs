@@ -57,11 +57,13 @@ pub(crate) async fn units_of_order<C: ConnectionTrait>(
                u.status AS status, so.supplier AS supplier, \
                so.id AS supplier_order_id, so.order_no AS supplier_order_no, \
                so.unit_cost_cents AS unit_cost_cents \
-               FROM orders o LEFT JOIN order_units u ON u.order_id = o.id \
+               FROM orders o LEFT JOIN order_units u ON u.id >= $1 AND u.id < $2 \
                LEFT JOIN supplier_orders so ON so.id = u.supplier_txn_id \
-               WHERE o.id = $1";
+               WHERE o.id = $3";
+    let (from, until) = super::orders::unit_id_range(order_id);
+    let values = vec![from.into(), until.into(), order_id.into()];
     let rows = db
-        .query_all_raw(super::bulk::portable(db, sql, vec![order_id.into()]))
+        .query_all_raw(super::bulk::portable(db, sql, values))
         .await?;
     let mut quantity = 0;
     let mut written: BTreeMap<i32, UnitSupply> = BTreeMap::new();

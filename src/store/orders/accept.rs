@@ -85,7 +85,49 @@ pub(crate) fn unit_row(
 
 /// The id of an order's `n`-th unit (also the supplier transaction id).
 pub fn unit_id(order_id: &str, n: i32) -> String {
-    [order_id, "_", itoa::Buffer::new().format(n)].concat()
+    [order_id, UNITS_FROM, itoa::Buffer::new().format(n)].concat()
+}
+
+/// The ids of an order's units and no other row's, as a range `[low,
+/// high)` in byte order: the order's id and `_`, then the index's digits,
+/// which sort below `:`. No other order's units fall in it, since an
+/// order's id has no `_` past its kind's prefix (its random part is base
+/// 62). The units' and the eSIMs' tables find an order's rows through this
+/// range of their unit id's own unique index, so that neither keeps an
+/// index by order (one entry less to write for every unit and profile);
+/// PostgreSQL compares those columns under the `C` collation, byte by byte,
+/// as SQLite's default does.
+pub fn unit_id_range(order_id: &str) -> (String, String) {
+    (
+        [order_id, UNITS_FROM].concat(),
+        [order_id, UNITS_UNTIL].concat(),
+    )
+}
+
+/// What an order's id is followed by at the start of [`unit_id_range`].
+pub(crate) const UNITS_FROM: &str = "_";
+/// What an order's id is followed by at the end of [`unit_id_range`].
+pub(crate) const UNITS_UNTIL: &str = "_:";
+
+/// SQL joining each order id of a JSON list, `l.order_id` (the statement's
+/// first parameter), to the rows of `table` (as `alias`) whose `column`
+/// holds a unit id of that order ([`unit_id_range`]): one probe of the
+/// column's index per order.
+pub(crate) fn orders_joined_by_unit_range(
+    backend: DbBackend,
+    table: &str,
+    alias: &str,
+    column: &str,
+) -> String {
+    let list = match backend {
+        DbBackend::Postgres => "(SELECT DISTINCT jsonb_array_elements_text($1::jsonb) AS order_id)",
+        _ => "(SELECT DISTINCT value AS order_id FROM json_each(?1))",
+    };
+    format!(
+        "{list} AS l JOIN \"{table}\" {alias} \
+         ON {alias}.\"{column}\" >= l.order_id || '{UNITS_FROM}' \
+         AND {alias}.\"{column}\" < l.order_id || '{UNITS_UNTIL}'"
+    )
 }
 
 /// The order and the index a unit's id names ([`unit_id`] read back; only
@@ -574,6 +616,23 @@ mod tests {
         fn unit_ids_and_purchase_texts_are_as_formatted(n in proptest::prelude::any::<i32>(), order in "ord_[0-9A-Za-z]{1,22}", plan in "[a-z0-9-]{1,40}") {
             proptest::prop_assert_eq!(unit_id(&order, n), format!("{order}_{n}"));
             proptest::prop_assert_eq!(purchase_description(n, &plan), format!("{n} × {plan}"));
+        }
+
+        /// An order's unit id range holds every unit of that order and none
+        /// of another's, whatever the two ids share.
+        #[test]
+        fn an_orders_unit_range_holds_its_units_only(
+            order in "po_[0-9A-Za-z]{22}",
+            other in "po_[0-9A-Za-z]{22}",
+            shared in 0usize..=25,
+            n in 1i32..=i32::MAX,
+        ) {
+            let other = format!("{}{}", &order[..shared], &other[shared..]);
+            let (low, high) = unit_id_range(&order);
+            let inside = |id: &str| low.as_str() <= id && id < high.as_str();
+            proptest::prop_assert!(inside(&unit_id(&order, n)));
+            proptest::prop_assert_eq!(inside(&unit_id(&other, n)), other == order);
+            proptest::prop_assert!(!inside(&order));
         }
     }
 

@@ -9,8 +9,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use entities::{esim, float, idempotency_key, ledger_entry, order, order_unit};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait,
-    QueryFilter, QueryOrder, QuerySelect,
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbBackend, DbErr, EntityTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Statement,
     sea_query::{Expr, ExprTrait, Func, SimpleExpr},
 };
 
@@ -216,8 +216,10 @@ pub async fn units_of<C: ConnectionTrait>(
     db: &C,
     order: &order::Model,
 ) -> Result<Vec<order_unit::Model>, DbErr> {
+    let (from, until) = unit_id_range(&order.id);
     let rows = order_unit::Entity::find()
-        .filter(order_unit::Column::OrderId.eq(order.id.as_str()))
+        .filter(order_unit::Column::Id.gte(from))
+        .filter(order_unit::Column::Id.lt(until))
         .order_by_asc(order_unit::Column::UnitIndex)
         .all(db)
         .await?;
@@ -250,12 +252,119 @@ pub async fn esims_of<C: ConnectionTrait>(
         return Ok(Vec::new());
     }
     esim::Entity::find()
-        .filter(bulk::column_in(
-            db,
-            esim::Column::OrderId,
-            order_ids.iter().map(String::as_str),
-        ))
-        .order_by_asc(esim::Column::UnitId)
+        .from_raw_sql(esims_of_statement(db.get_database_backend(), order_ids))
         .all(db)
         .await
+}
+
+/// The select of [`esims_of`]: each order's profiles by its unit id range
+/// (the table has no index by order), in unit id order.
+fn esims_of_statement(backend: DbBackend, order_ids: &[String]) -> Statement {
+    let sql = format!(
+        "SELECT e.* FROM {} ORDER BY e.\"unit_id\"",
+        orders_joined_by_unit_range(backend, "esims", "e", "unit_id")
+    );
+    let list = serde_json::Value::from(order_ids).to_string();
+    Statement::from_sql_and_values(backend, sql, [list.into()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::{assert_planned_through, on_own_postgres, postgres_plan};
+
+    /// SQLite finds each listed order's profiles by a range of their unit
+    /// ids' index, never by reading the table.
+    #[tokio::test]
+    async fn profiles_of_orders_are_ranges_of_their_unit_ids_on_sqlite() {
+        let ids = ["po_1".to_owned(), "po_2".to_owned()];
+        assert_planned_through(
+            esims_of_statement(DbBackend::Sqlite, &ids),
+            "e USING INDEX sqlite_autoindex_esims_2 (unit_id>? AND unit_id<?)",
+            "SCAN e",
+        )
+        .await;
+    }
+
+    /// On PostgreSQL the unit id columns compare byte by byte whatever the
+    /// database's collation, so an order's range holds its units and
+    /// profiles only (`ord_1`'s, not `ord_10`'s), found through the
+    /// columns' own indexes; the indexes by order are gone.
+    #[tokio::test]
+    async fn units_and_profiles_are_ranges_of_their_unit_ids_on_postgres() {
+        on_own_postgres("esim_unit_ranges", |db| async move {
+            let collations = db
+                .query_all_raw(Statement::from_string(
+                    DbBackend::Postgres,
+                    "SELECT table_name, collation_name FROM information_schema.columns \
+                     WHERE (table_name, column_name) IN (('order_units', 'id'), ('esims', 'unit_id')) \
+                     ORDER BY table_name",
+                ))
+                .await
+                .unwrap();
+            let named: Vec<(String, String)> = collations
+                .iter()
+                .map(|row| row.try_get_many_by_index().unwrap())
+                .collect();
+            assert_eq!(
+                named,
+                [("esims".into(), "C".into()), ("order_units".into(), "C".into())]
+            );
+            let by_order = db
+                .query_one_raw(Statement::from_string(
+                    DbBackend::Postgres,
+                    "SELECT COUNT(*) AS n FROM pg_indexes \
+                     WHERE indexname IN ('idx_units_order', 'idx_esims_order')",
+                ))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(by_order.try_get::<i64>("", "n").unwrap(), 0);
+
+            db.execute_unprepared(
+                "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
+                 VALUES ('ptr_1', 'P', 'p', 'live', 'gold', now(), now()); \
+                 INSERT INTO orders (id, partner_id, mode, idempotency_key, plan_id, quantity, \
+                 unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
+                 created_at) SELECT 'ord_' || n, 'ptr_1', 'live', 'k' || n, 'plan', 2, 100, 200, \
+                 100, 'list', '{}', 'processing', now() FROM generate_series(1, 2000) AS n; \
+                 INSERT INTO order_units (id, order_id, unit_index, status, attempts, updated_at) \
+                 SELECT 'ord_' || n || '_' || u, 'ord_' || n, u, 'delivered', 0, now() \
+                 FROM generate_series(1, 2000) AS n, generate_series(1, 2) AS u; \
+                 INSERT INTO esims (iccid, partner_id, mode, order_id, unit_id, plan_id, status, \
+                 smdp_address, matching_id, activation_code, created_at) \
+                 SELECT '8900' || n || u, 'ptr_1', 'live', 'ord_' || n, 'ord_' || n || '_' || u, \
+                 'plan', 'released', 'smdp', 'm', 'LPA:1$smdp$m', now() \
+                 FROM generate_series(1, 2000) AS n, generate_series(1, 2) AS u",
+            )
+            .await
+            .unwrap();
+            let ids = ["ord_1".to_owned(), "ord_20".to_owned()];
+            let statement = esims_of_statement(DbBackend::Postgres, &ids);
+            let plan = postgres_plan(&db, &statement).await;
+            assert!(plan.contains("esims_unit_id_key"), "{plan}");
+            assert!(!plan.contains("Seq Scan on esims"), "{plan}");
+            let units: Vec<String> = esims_of(&db, &ids)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| e.unit_id)
+                .collect();
+            assert_eq!(units, ["ord_1_1", "ord_1_2", "ord_20_1", "ord_20_2"]);
+
+            let order = order::Entity::find_by_id("ord_10".to_owned())
+                .one(&db)
+                .await
+                .unwrap()
+                .unwrap();
+            let indexes: Vec<i32> = units_of(&db, &order)
+                .await
+                .unwrap()
+                .iter()
+                .map(|u| u.unit_index)
+                .collect();
+            assert_eq!(indexes, [1, 2]);
+        })
+        .await;
+    }
 }

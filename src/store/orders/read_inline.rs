@@ -16,10 +16,11 @@ const ORDER_BY_ID: &str = "SELECT id, partner_id, mode, idempotency_key, plan_id
     failure_code, refunded_cents, attempts, claimed_until, claimed_by, created_at, completed_at \
     FROM orders WHERE id = ?1 AND partner_id = ?2 AND mode = ?3";
 
-/// An order's eSIMs by unit: the columns of `esim::Model`, in its field order.
+/// An order's eSIMs by unit: the columns of `esim::Model`, in its field
+/// order, found by the order's [`super::unit_id_range`].
 const ESIMS_OF_ORDER: &str = "SELECT iccid, partner_id, mode, order_id, unit_id, plan_id, status, \
     smdp_address, matching_id, activation_code, created_at, esim_tran_no \
-    FROM esims WHERE order_id = ?1 ORDER BY unit_id";
+    FROM esims WHERE unit_id >= ?1 AND unit_id < ?2 ORDER BY unit_id";
 
 /// The partner's order of `mode` with its eSIMs (by unit), as of one
 /// snapshot; `None` when the partner has no such order.
@@ -37,9 +38,10 @@ pub(crate) fn order_with_esims(
     let Some(found) = found else {
         return Ok(None);
     };
+    let (from, until) = super::unit_id_range(id);
     let esims = snapshot
         .prepare_cached(ESIMS_OF_ORDER)?
-        .query_map([id], esim_row)?
+        .query_map([from, until], esim_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     snapshot.finish()?;
     Ok(Some((found, esims)))

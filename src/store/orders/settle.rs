@@ -392,27 +392,33 @@ pub(super) type TallyRow = (String, UnitStatus, i64, i32);
 /// every unit, comparing each with every order of the batch. A lateral
 /// subquery runs once per order, and a read of the table repeated for every
 /// order is never the cheaper guess past a page or two, so the planner
-/// probes. SQLite always probes the index for the list.
+/// probes. SQLite always probes for the list. An order's units are the
+/// range of the units' key its id begins ([`unit_id_range`]).
 pub(super) fn unit_tally(backend: DbBackend, order_ids: &[String]) -> Statement {
     let list = serde_json::Value::from(order_ids).to_string();
     if backend == DbBackend::Postgres {
         return Statement::from_sql_and_values(
             DbBackend::Postgres,
-            "SELECT l.order_id, u.status, u.units, o.quantity \
-             FROM (SELECT DISTINCT jsonb_array_elements_text($1::jsonb) AS order_id) AS l \
-             CROSS JOIN LATERAL (SELECT \"quantity\" AS quantity FROM \"orders\" \
-             WHERE \"id\" = l.order_id LIMIT 1) AS o \
-             CROSS JOIN LATERAL (SELECT \"status\", COUNT(\"id\") AS units FROM \"order_units\" \
-             WHERE \"order_id\" = l.order_id GROUP BY \"status\") AS u",
+            format!(
+                "SELECT l.order_id, u.status, u.units, o.quantity \
+                 FROM (SELECT DISTINCT jsonb_array_elements_text($1::jsonb) AS order_id) AS l \
+                 CROSS JOIN LATERAL (SELECT \"quantity\" AS quantity FROM \"orders\" \
+                 WHERE \"id\" = l.order_id LIMIT 1) AS o \
+                 CROSS JOIN LATERAL (SELECT \"status\", COUNT(\"id\") AS units \
+                 FROM \"order_units\" WHERE \"id\" >= l.order_id || '{UNITS_FROM}' \
+                 AND \"id\" < l.order_id || '{UNITS_UNTIL}' GROUP BY \"status\") AS u"
+            ),
             [list.into()],
         );
     }
     Statement::from_sql_and_values(
         DbBackend::Sqlite,
-        "SELECT u.\"order_id\", u.\"status\", COUNT(u.\"id\") AS units, o.\"quantity\" \
-         FROM \"order_units\" u JOIN \"orders\" o ON o.\"id\" = u.\"order_id\" \
-         WHERE u.\"order_id\" IN (SELECT value FROM json_each(?)) \
-         GROUP BY u.\"order_id\", u.\"status\"",
+        format!(
+            "SELECT l.order_id, u.\"status\", COUNT(u.\"id\") AS units, o.\"quantity\" \
+             FROM {} JOIN \"orders\" o ON o.\"id\" = l.order_id \
+             GROUP BY l.order_id, u.\"status\"",
+            orders_joined_by_unit_range(DbBackend::Sqlite, "order_units", "u", "id")
+        ),
         [list.into()],
     )
 }
@@ -551,7 +557,12 @@ mod tests {
     #[tokio::test]
     async fn the_unit_tally_probes_by_order() {
         let tally = unit_tally(DbBackend::Sqlite, &["ord_a".to_owned(), "ord_b".to_owned()]);
-        assert_planned_through(tally.clone(), "u USING INDEX idx_units_order", "SCAN o").await;
+        assert_planned_through(
+            tally.clone(),
+            "u USING INDEX sqlite_autoindex_order_units_1 (id>? AND id<?)",
+            "SCAN o",
+        )
+        .await;
         assert_planned_through(
             tally,
             "o USING INDEX sqlite_autoindex_orders_1 (id=?)",
@@ -654,6 +665,8 @@ mod tests {
             let plan = crate::store::tests::postgres_plan(&db, &tally).await;
             assert!(plan.contains("orders_pkey"), "{plan}");
             assert!(!plan.contains("Seq Scan on orders"), "{plan}");
+            assert!(plan.contains("order_units_pkey"), "{plan}");
+            assert!(!plan.contains("Seq Scan on order_units"), "{plan}");
 
             let counts: Vec<TallyRow> = db
                 .query_all_raw(tally)
