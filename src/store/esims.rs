@@ -3,8 +3,8 @@
 use chrono::{DateTime, Utc};
 use entities::esim;
 use sea_orm::{
-    ColumnTrait, Condition, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, Select,
+    ColumnTrait, Condition, ConnectionTrait, DbBackend, DbErr, EntityTrait, IdenStatic,
+    QueryFilter, QueryOrder, QuerySelect, Select,
     sea_query::{Expr, ExprTrait},
 };
 
@@ -62,13 +62,13 @@ fn list_select(
     query: &EsimQuery,
 ) -> Select<esim::Entity> {
     let by_order = query.order_id.as_deref();
-    let column = |name: &str, column: esim::Column| match (backend, by_order) {
-        (DbBackend::Sqlite, Some(_)) => Expr::cust(format!("+\"esims\".\"{name}\"")),
+    let column = |column: esim::Column| match (backend, by_order) {
+        (DbBackend::Sqlite, Some(_)) => Expr::cust(format!("+\"esims\".\"{}\"", column.as_str())),
         _ => Expr::col((esim::Entity, column)),
     };
     let mut select = esim::Entity::find()
-        .filter(column("partner_id", esim::Column::PartnerId).eq(partner_id))
-        .filter(column("mode", esim::Column::Mode).eq(mode.as_str()));
+        .filter(column(esim::Column::PartnerId).eq(partner_id))
+        .filter(column(esim::Column::Mode).eq(mode.as_str()));
     if let Some(order_id) = by_order {
         let (from, until) = crate::store::orders::unit_id_range(order_id);
         select = select
