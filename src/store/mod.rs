@@ -493,7 +493,7 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use sea_orm::{ConnectionTrait, DbBackend};
+    use sea_orm::{ConnectionTrait, DbBackend, Statement};
     use writes::write_gate;
 
     /// A fresh SQLite file opened as the service opens it; the folder goes
@@ -567,6 +567,36 @@ pub(super) mod tests {
             .map(|row| row.try_get::<String>("", "detail").unwrap())
             .collect();
         steps.join("\n")
+    }
+
+    /// A partner `ptr_1` with `count` live orders `ord_1`, `ord_2`, … of
+    /// `quantity` units each, processing, written straight into PostgreSQL.
+    pub(super) async fn processing_orders(db: &Db, count: u32, quantity: u32) {
+        db.execute_unprepared(&format!(
+            "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
+             VALUES ('ptr_1', 'P', 'p', 'live', 'gold', now(), now()); \
+             INSERT INTO orders (id, partner_id, mode, idempotency_key, plan_id, quantity, \
+             unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
+             refunded_cents, attempts, created_at) \
+             SELECT 'ord_' || i, 'ptr_1', 'live', 'k' || i, 'pl_x', {quantity}, 100, \
+             100 * {quantity}, 100, 'list', '{{}}', 'processing', 0, 0, now() \
+             FROM generate_series(1, {count}) AS i"
+        ))
+        .await
+        .unwrap();
+    }
+
+    /// The one value a PostgreSQL query answers.
+    pub(super) async fn one_value<C: ConnectionTrait, T: sea_orm::TryGetable>(
+        db: &C,
+        sql: &str,
+    ) -> T {
+        let row = db
+            .query_one_raw(Statement::from_string(DbBackend::Postgres, sql))
+            .await
+            .unwrap()
+            .expect("a row");
+        row.try_get_by_index(0).unwrap()
     }
 
     /// What PostgreSQL's planner does with `statement` on `db`: its

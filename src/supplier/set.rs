@@ -137,8 +137,8 @@ impl SupplierEntry {
     /// The slots the supplier's pace keeps busy: a quarter of a second's
     /// calls at the pace (or window) learnt from its slow-down answers,
     /// else all of them. Units then gather into fuller supplier orders
-    /// while the supplier takes fewer calls, rather than each of many thin orders
-    /// spending two calls of a pace too slow for them.
+    /// while the supplier takes fewer calls, rather than each of many thin
+    /// orders spending two calls of a pace too slow for them.
     fn slots_at_pace(&self) -> usize {
         match self.gate.paced_per_second() {
             Some(pace) => ((pace / 4.0) as usize).clamp(1, self.slot_count),

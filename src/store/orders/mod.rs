@@ -271,7 +271,9 @@ fn esims_of_statement(backend: DbBackend, order_ids: &[String]) -> Statement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::tests::{assert_planned_through, on_own_postgres, postgres_plan};
+    use crate::store::tests::{
+        assert_planned_through, on_own_postgres, one_value, postgres_plan, processing_orders,
+    };
 
     /// SQLite finds each listed order's profiles by a range of their unit
     /// ids' index, never by reading the table.
@@ -310,25 +312,17 @@ mod tests {
                 named,
                 [("esims".into(), "C".into()), ("order_units".into(), "C".into())]
             );
-            let by_order = db
-                .query_one_raw(Statement::from_string(
-                    DbBackend::Postgres,
-                    "SELECT COUNT(*) AS n FROM pg_indexes \
-                     WHERE indexname IN ('idx_units_order', 'idx_esims_order')",
-                ))
-                .await
-                .unwrap()
-                .unwrap();
-            assert_eq!(by_order.try_get::<i64>("", "n").unwrap(), 0);
+            let by_order: i64 = one_value(
+                &db,
+                "SELECT COUNT(*) FROM pg_indexes \
+                 WHERE indexname IN ('idx_units_order', 'idx_esims_order')",
+            )
+            .await;
+            assert_eq!(by_order, 0);
 
+            processing_orders(&db, 2000, 2).await;
             db.execute_unprepared(
-                "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
-                 VALUES ('ptr_1', 'P', 'p', 'live', 'gold', now(), now()); \
-                 INSERT INTO orders (id, partner_id, mode, idempotency_key, plan_id, quantity, \
-                 unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
-                 created_at) SELECT 'ord_' || n, 'ptr_1', 'live', 'k' || n, 'plan', 2, 100, 200, \
-                 100, 'list', '{}', 'processing', now() FROM generate_series(1, 2000) AS n; \
-                 INSERT INTO order_units (id, order_id, unit_index, status, attempts, updated_at) \
+                "INSERT INTO order_units (id, order_id, unit_index, status, attempts, updated_at) \
                  SELECT 'ord_' || n || '_' || u, 'ord_' || n, u, 'delivered', 0, now() \
                  FROM generate_series(1, 2000) AS n, generate_series(1, 2) AS u; \
                  INSERT INTO esims (iccid, partner_id, mode, order_id, unit_id, plan_id, status, \

@@ -495,7 +495,7 @@ pub(super) fn settle_orders_update(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::tests::assert_planned_through;
+    use crate::store::tests::{assert_planned_through, one_value, processing_orders};
     use sea_orm::TransactionTrait;
 
     fn delivery(order_id: &str, n: i32, quantity: i32) -> Delivery {
@@ -569,33 +569,6 @@ mod tests {
             "SCAN u",
         )
         .await;
-    }
-
-    /// A partner `ptr_1` with `count` live orders `ord_1`, `ord_2`, … of
-    /// `quantity` units each, processing, written straight into PostgreSQL.
-    async fn processing_orders(db: &Db, count: u32, quantity: u32) {
-        db.execute_unprepared(&format!(
-            "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
-             VALUES ('ptr_1', 'P', 'p', 'live', 'gold', now(), now()); \
-             INSERT INTO orders (id, partner_id, mode, idempotency_key, plan_id, quantity, \
-             unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
-             refunded_cents, attempts, created_at) \
-             SELECT 'ord_' || i, 'ptr_1', 'live', 'k' || i, 'pl_x', {quantity}, 100, \
-             100 * {quantity}, 100, 'list', '{{}}', 'processing', 0, 0, now() \
-             FROM generate_series(1, {count}) AS i"
-        ))
-        .await
-        .unwrap();
-    }
-
-    /// The one value a PostgreSQL query answers.
-    async fn one_value<C: ConnectionTrait, T: sea_orm::TryGetable>(db: &C, sql: &str) -> T {
-        let row = db
-            .query_one_raw(Statement::from_string(DbBackend::Postgres, sql))
-            .await
-            .unwrap()
-            .expect("a row");
-        row.try_get_by_index(0).unwrap()
     }
 
     /// On PostgreSQL the units' pages keep room for the delivery's new row
