@@ -1152,6 +1152,17 @@ def check_invariants(run, db, partners):
             "deposits": dict(collections.Counter(d["status"] for d in deposits.values())),
             "refund_rows": sum(len(r) for r in refunds.values()),
         }
+    # PostgreSQL does not check these references on every row (migration
+    # m20261205_000014_order_path_references): no order without its partner,
+    # no unit without its order.
+    orphans = {
+        "orders without their partner": "SELECT COUNT(*) FROM orders o LEFT JOIN partners p ON p.id = o.partner_id WHERE p.id IS NULL",
+        "units without their order": "SELECT COUNT(*) FROM order_units u LEFT JOIN orders o ON o.id = u.order_id WHERE o.id IS NULL",
+    }
+    for what, sql in orphans.items():
+        found = int(db.scalar(sql) or 0)
+        if found:
+            v(f"{found} {what}")
     return facts
 
 

@@ -17,6 +17,7 @@ mod m20261126_000010_operators;
 mod m20261204_000011_open_orders;
 mod m20261205_000012_units_room;
 mod m20261205_000013_units_by_unit_id;
+mod m20261205_000014_order_path_references;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -38,6 +39,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000011_open_orders::Migration),
             Box::new(m20261205_000012_units_room::Migration),
             Box::new(m20261205_000013_units_by_unit_id::Migration),
+            Box::new(m20261205_000014_order_path_references::Migration),
         ]
     }
 }

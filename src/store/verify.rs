@@ -10,7 +10,10 @@
 //! - every order has `quantity` units; a live order's purchase row is minus
 //!   its total and its refund rows add up to `refunded_cents`, which is the
 //!   unit price times its refunded units; a completed order has every unit
-//!   delivered.
+//!   delivered;
+//! - every order's partner and every unit's order exist (PostgreSQL does not
+//!   check these references on every row; see migration
+//!   `m20261205_000014_order_path_references`).
 
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, Statement};
 
@@ -48,6 +51,17 @@ const CHECKS: &[Check] = &[
               LEFT JOIN ledger_entries b ON b.partner_id = a.partner_id AND b.seq = a.seq - 1 \
               WHERE a.balance_after_cents != COALESCE(b.balance_after_cents, 0) + a.amount_cents \
               LIMIT 1",
+    },
+    Check {
+        broken: "an order's partner does not exist",
+        sql: "SELECT o.id FROM orders o LEFT JOIN partners p ON p.id = o.partner_id \
+              WHERE p.id IS NULL LIMIT 1",
+    },
+    Check {
+        broken: "a unit's order does not exist",
+        // Each unit looks its order up by key.
+        sql: "SELECT u.id FROM order_units u LEFT JOIN orders o ON o.id = u.order_id \
+              WHERE o.id IS NULL LIMIT 1",
     },
     Check {
         // A unit's row is written when a supplier order takes it (or it is
@@ -131,7 +145,7 @@ pub async fn integrity<C: ConnectionTrait>(db: &C) -> Result<Option<String>, DbE
 pub async fn first_violation<C: ConnectionTrait>(db: &C) -> Result<Option<String>, DbErr> {
     for check in CHECKS {
         let row = db
-            .query_one_raw(Statement::from_string(DbBackend::Sqlite, check.sql))
+            .query_one_raw(Statement::from_string(db.get_database_backend(), check.sql))
             .await?;
         if let Some(row) = row {
             let at: String = row.try_get_by_index(0)?;
@@ -157,4 +171,86 @@ pub async fn counts<C: ConnectionTrait>(db: &C) -> Result<(i64, i64), DbErr> {
     let orders = read(db.query_one_raw(count("orders")).await?)?;
     let partners = read(db.query_one_raw(count("partners")).await?)?;
     Ok((orders, partners))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{
+        migrate,
+        tests::{on_own_postgres, one_value, sqlite_file_db},
+    };
+
+    /// A unit whose order is not there, then an order whose partner is not
+    /// there, each named by the checks; the database lets both in, as
+    /// PostgreSQL does and SQLite does with its checks switched off.
+    async fn orphans_are_named(db: DatabaseConnection) {
+        assert_eq!(first_violation(&db).await.unwrap(), None);
+        db.execute_unprepared(
+            "INSERT INTO order_units (id, order_id, unit_index, status, attempts, updated_at) \
+             VALUES ('ord_lost_1', 'ord_lost', 1, 'pending', 0, '2026-12-05T00:00:00Z')",
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            first_violation(&db).await.unwrap().as_deref(),
+            Some("a unit's order does not exist: ord_lost_1")
+        );
+        db.execute_unprepared(
+            "INSERT INTO orders (id, partner_id, mode, idempotency_key, plan_id, quantity, \
+             unit_price_cents, total_cents, list_unit_cents, price_source, metadata, status, \
+             refunded_cents, attempts, created_at) \
+             VALUES ('ord_stray', 'ptr_gone', 'sandbox', 'k1', 'pl_x', 1, 100, 100, 100, 'list', \
+             '{}', 'processing', 0, 0, '2026-12-05T00:00:00Z')",
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            first_violation(&db).await.unwrap().as_deref(),
+            Some("an order's partner does not exist: ord_stray")
+        );
+    }
+
+    #[tokio::test]
+    async fn sqlite_keeps_the_references_and_the_checks_name_what_breaks_them() {
+        let (_dir, db) = sqlite_file_db("refs.db", 1).await;
+        migrate(&db).await.unwrap();
+        for table in ["orders", "order_units"] {
+            let referenced = db
+                .query_one_raw(Statement::from_string(
+                    DbBackend::Sqlite,
+                    format!("SELECT \"table\" FROM pragma_foreign_key_list('{table}')"),
+                ))
+                .await
+                .unwrap()
+                .map(|row| row.try_get_by_index::<String>(0).unwrap());
+            let expected = if table == "orders" {
+                "partners"
+            } else {
+                "orders"
+            };
+            assert_eq!(referenced.as_deref(), Some(expected), "{table}");
+        }
+        // The one connection, told not to check, as a file written
+        // elsewhere may have been.
+        db.execute_unprepared("PRAGMA foreign_keys = OFF")
+            .await
+            .unwrap();
+        orphans_are_named(db).await;
+    }
+
+    #[tokio::test]
+    async fn postgres_leaves_the_order_paths_references_to_the_checks() {
+        on_own_postgres("esim_refs", |db| async move {
+            let references: String = one_value(
+                &db,
+                "SELECT string_agg(conname, ',' ORDER BY conname) FROM pg_constraint \
+                 WHERE contype = 'f'",
+            )
+            .await;
+            assert_eq!(references, "fk_api_keys_partner,fk_floats_partner");
+            orphans_are_named(db).await;
+        })
+        .await;
+    }
 }
