@@ -113,6 +113,18 @@ pub async fn verify(path: &Path) -> Result<Verified, Unfit> {
     outcome
 }
 
+/// Checks the service's own database where it stands (SQLite or
+/// PostgreSQL), while it keeps serving: the money invariants and the
+/// references, in one snapshot. SQLite's page-by-page integrity check is
+/// left to copies (`verify FILE`): it reads the whole file.
+pub async fn verify_in_place(db: &sea_orm::DatabaseConnection) -> Result<Verified, Unfit> {
+    match verify::in_one_snapshot(db).await {
+        Ok((None, orders, partners)) => Ok(Verified { orders, partners }),
+        Ok((Some(problem), _, _)) => Err(Unfit::Invariant(problem)),
+        Err(err) => Err(Unfit::Unreadable(err.to_string())),
+    }
+}
+
 async fn check(db: &sea_orm::DatabaseConnection) -> Result<Verified, Unfit> {
     // A damaged file may fail the check itself with an error: damaged too.
     match verify::integrity(db).await {

@@ -58,10 +58,12 @@ enum Command {
         to: std::path::PathBuf,
     },
     /// Check a copy of the database: SQLite's integrity check and the money
-    /// invariants (exit status 1 naming the first problem).
+    /// invariants (exit status 1 naming the first problem). Without a file,
+    /// the configured database (SQLite or PostgreSQL) where it stands, while
+    /// it serves: the money invariants and references in one snapshot.
     Verify {
-        /// The copy to check.
-        file: std::path::PathBuf,
+        /// The copy to check; the configured database when left out.
+        file: Option<std::path::PathBuf>,
     },
     /// Inspect the configuration.
     Config {
@@ -147,7 +149,8 @@ async fn run(command: Command) -> anyhow::Result<u8> {
             Ok(0)
         }
         Command::Backup { to } => backup(&to).await,
-        Command::Verify { file } => match backup::verify(&file).await {
+        Command::Verify { file: None } => verify_in_place().await,
+        Command::Verify { file: Some(file) } => match backup::verify(&file).await {
             Ok(held) => {
                 println!(
                     "ok: {} passed SQLite's integrity check and every money invariant ({} orders, {} partners)",
@@ -184,6 +187,31 @@ async fn serve(profile: Option<&str>) -> anyhow::Result<u8> {
     let app = Application::build(settings).await?;
     app.run_until_stopped(shutdown_signal()).await?;
     Ok(0)
+}
+
+/// `verify` without a file: the configured database checked where it stands.
+async fn verify_in_place() -> anyhow::Result<u8> {
+    let settings = Settings::load(&Sources::from_process())?;
+    let which = match backup::is_sqlite(&settings.database.url) {
+        true => "SQLite",
+        false => "PostgreSQL",
+    };
+    let db = store::connect(&settings.database).await?;
+    let outcome = backup::verify_in_place(&db).await;
+    db.close().await?;
+    match outcome {
+        Ok(held) => {
+            println!(
+                "ok: the configured {which} database holds every money invariant and reference ({} orders, {} partners)",
+                held.orders, held.partners
+            );
+            Ok(0)
+        }
+        Err(unfit) => {
+            println!("FAILED: the configured {which} database: {unfit}");
+            Ok(1)
+        }
+    }
 }
 
 /// `backup --to FILE`: the configured SQLite database, copied and checked.

@@ -11,8 +11,9 @@
 //! order. Neither can fail on the order path: an order is written by the
 //! actor of the partner whose key was just authenticated, a unit by the
 //! supplier order that read its order, and no row of either table is ever
-//! deleted. The backup's checks (`store::verify`) and the crash tests look
-//! for an order without its partner and a unit without its order instead.
+//! deleted. `esim-reseller verify` (the backup's checks, which also run in
+//! place on PostgreSQL) and the crash tests look for an order without its
+//! partner and a unit without its order instead.
 //!
 //! SQLite keeps both: its check is one probe of the parent's key in the
 //! writer's own connection, already in the page cache, with no lock or

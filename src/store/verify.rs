@@ -1,4 +1,5 @@
-//! Backups of the embedded SQLite database and their checks: a consistent
+//! Backups of the embedded SQLite database and their checks (which also run
+//! in place on either database, [`in_one_snapshot`]): a consistent
 //! online copy (`VACUUM INTO`, which reads one snapshot while writers carry
 //! on in WAL mode), and the checks a copy must pass before it is trusted:
 //! SQLite's own integrity check, then the money invariants.
@@ -15,7 +16,10 @@
 //!   check these references on every row; see migration
 //!   `m20261205_000014_order_path_references`).
 
-use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, Statement};
+use sea_orm::{
+    AccessMode, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, IsolationLevel,
+    Statement, TransactionTrait,
+};
 
 /// One check: what it means when it finds a row, and the query that finds
 /// the first offending row (its first column names it).
@@ -153,6 +157,28 @@ pub async fn first_violation<C: ConnectionTrait>(db: &C) -> Result<Option<String
         }
     }
     Ok(None)
+}
+
+/// What a database holds, read in one snapshot while it keeps serving: the
+/// first money invariant or reference it breaks (`None` when all hold), and
+/// how many orders and partners it has. On PostgreSQL one read-only
+/// `REPEATABLE READ` transaction, on SQLite one read transaction of its
+/// WAL, so that no check sees a write the others did not.
+pub async fn in_one_snapshot(db: &DatabaseConnection) -> Result<(Option<String>, i64, i64), DbErr> {
+    let snapshot = match db.get_database_backend() {
+        DbBackend::Postgres => {
+            db.begin_with_config(
+                Some(IsolationLevel::RepeatableRead),
+                Some(AccessMode::ReadOnly),
+            )
+            .await?
+        }
+        _ => db.begin().await?,
+    };
+    let violation = first_violation(&snapshot).await?;
+    let (orders, partners) = counts(&snapshot).await?;
+    snapshot.rollback().await?;
+    Ok((violation, orders, partners))
 }
 
 /// How many orders and partners the database holds.

@@ -1,7 +1,9 @@
 //! Backups of the embedded SQLite database: a copy taken under order load
 //! verifies, a service started on it answers every order and balance it
 //! holds, a damaged, truncated, foreign or inconsistent copy is refused by
-//! name, and periodic backups run, verify and show their age.
+//! name, periodic backups run, verify and show their age, and `verify`
+//! without a file checks the serving database (SQLite or PostgreSQL) where
+//! it stands.
 
 use std::{path::Path, time::Duration};
 
@@ -9,7 +11,9 @@ use reqwest::{Method, StatusCode};
 use sea_orm::{ConnectionTrait, Database, Statement};
 use serde_json::{Value, json};
 
-use crate::helpers::{OPERATOR_TOKEN, ServeProcess, eventually, read};
+use crate::helpers::{
+    OPERATOR_TOKEN, ServeProcess, eventually, fund, live_partner, post_order, read, spawn_app,
+};
 
 const PLAN: &str = "pl_fr_1gb_7d";
 const BIN: &str = env!("CARGO_BIN_EXE_esim-reseller");
@@ -34,9 +38,14 @@ async fn node(db: &Path, extra: &[(&str, &str)]) -> ServeProcess {
 
 /// Runs the binary with the database at `db`: (exit code, stdout).
 async fn command(db: &Path, args: &[&str]) -> (i32, String) {
+    command_on(&sqlite_url(db), args).await
+}
+
+/// Runs the binary with the database at `url`: (exit code, stdout).
+async fn command_on(url: &str, args: &[&str]) -> (i32, String) {
     let output = tokio::process::Command::new(BIN)
         .args(args)
-        .env("ESIM__DATABASE__URL", sqlite_url(db))
+        .env("ESIM__DATABASE__URL", url)
         .env(
             "ESIM_CONFIG_DIR",
             concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
@@ -319,4 +328,49 @@ async fn periodic_backups_run_verify_keep_the_newest_and_show_their_age() {
         let (code, said) = verify(&backups.join(name)).await;
         assert_eq!(code, 0, "{name}: {said}");
     }
+}
+
+#[tokio::test]
+async fn verify_without_a_file_checks_the_serving_database_where_it_stands() {
+    let app = spawn_app().await;
+    let on_postgres = app.database_url.starts_with("postgres");
+    let which = if on_postgres { "PostgreSQL" } else { "SQLite" };
+    let (partner_id, secret) = live_partner(&app).await;
+    fund(&app, &partner_id, 100_000).await;
+    let order = json!({ "plan_id": PLAN, "quantity": 2 });
+    let (status, body) = post_order(&app, &secret, "verify-in-place-0001", &order).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+
+    let (code, said) = command_on(&app.database_url, &["verify"]).await;
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains(&format!(
+            "ok: the configured {which} database holds every money invariant and reference (1 orders, 1 partners)"
+        )),
+        "{said}"
+    );
+
+    // What breaks: on PostgreSQL a unit without its order, which it lets
+    // in; on SQLite, which refuses that, a float moved without its ledger.
+    let (sabotage, named) = if on_postgres {
+        (
+            "INSERT INTO order_units (id, order_id, unit_index, status, attempts, updated_at) \
+             VALUES ('ord_lost_1', 'ord_lost', 1, 'pending', 0, now())",
+            "a unit's order does not exist: ord_lost_1",
+        )
+    } else {
+        (
+            "UPDATE floats SET balance_cents = balance_cents + 1 WHERE mode = 'live'",
+            "a live float differs from the sum of its ledger",
+        )
+    };
+    app.db.execute_unprepared(sabotage).await.unwrap();
+    let (code, said) = command_on(&app.database_url, &["verify"]).await;
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.contains(&format!(
+            "FAILED: the configured {which} database: money invariant broken: {named}"
+        )),
+        "{said}"
+    );
 }
