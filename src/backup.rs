@@ -84,8 +84,9 @@ pub enum Unfit {
     /// A money invariant is broken.
     #[error("money invariant broken: {0}")]
     Invariant(String),
-    /// It could not be read.
-    #[error("could not read the copy: {0}")]
+    /// It could not be read (a copy, or the serving database checked in
+    /// place).
+    #[error("could not be read: {0}")]
     Unreadable(String),
 }
 
