@@ -105,9 +105,9 @@ pub fn unit_id_range(order_id: &str) -> (String, String) {
 }
 
 /// What an order's id is followed by at the start of [`unit_id_range`].
-pub(crate) const UNITS_FROM: &str = "_";
+const UNITS_FROM: &str = "_";
 /// What an order's id is followed by at the end of [`unit_id_range`].
-pub(crate) const UNITS_UNTIL: &str = "_:";
+const UNITS_UNTIL: &str = "_:";
 
 /// SQL joining each order id of a JSON list, `l.order_id` (the statement's
 /// first parameter), to the rows of `table` (as `alias`) whose `column`
@@ -123,11 +123,14 @@ pub(crate) fn orders_joined_by_unit_range(
         DbBackend::Postgres => "(SELECT DISTINCT jsonb_array_elements_text($1::jsonb) AS order_id)",
         _ => "(SELECT DISTINCT value AS order_id FROM json_each(?1))",
     };
-    format!(
-        "{list} AS l JOIN \"{table}\" {alias} \
-         ON {alias}.\"{column}\" >= l.order_id || '{UNITS_FROM}' \
-         AND {alias}.\"{column}\" < l.order_id || '{UNITS_UNTIL}'"
-    )
+    let in_range = in_unit_id_range(&format!("{alias}.\"{column}\""), "l.order_id");
+    format!("{list} AS l JOIN \"{table}\" {alias} ON {in_range}")
+}
+
+/// SQL holding that the unit id in `column` falls in the [`unit_id_range`]
+/// of the order id `order_id` (both SQL expressions).
+pub(crate) fn in_unit_id_range(column: &str, order_id: &str) -> String {
+    format!("{column} >= {order_id} || '{UNITS_FROM}' AND {column} < {order_id} || '{UNITS_UNTIL}'")
 }
 
 /// The order and the index a unit's id names ([`unit_id`] read back; only

@@ -405,8 +405,8 @@ pub(super) fn unit_tally(backend: DbBackend, order_ids: &[String]) -> Statement 
                  CROSS JOIN LATERAL (SELECT \"quantity\" AS quantity FROM \"orders\" \
                  WHERE \"id\" = l.order_id LIMIT 1) AS o \
                  CROSS JOIN LATERAL (SELECT \"status\", COUNT(\"id\") AS units \
-                 FROM \"order_units\" WHERE \"id\" >= l.order_id || '{UNITS_FROM}' \
-                 AND \"id\" < l.order_id || '{UNITS_UNTIL}' GROUP BY \"status\") AS u"
+                 FROM \"order_units\" WHERE {} GROUP BY \"status\") AS u",
+                in_unit_id_range("\"id\"", "l.order_id")
             ),
             [list.into()],
         );
