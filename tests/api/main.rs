@@ -36,3 +36,4 @@ mod roles;
 mod secrets;
 mod simulate;
 mod supplier;
+mod unix_socket;
