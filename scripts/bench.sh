@@ -38,6 +38,8 @@
 # Many partners' requests draw their partner at random (PARTNER_ORDER=turn
 # takes the keys in turn, which flatters many partners: see load-testing.md).
 # QUANTITY=5 orders five units an order in `orders` (1 unless set).
+# PG_SOCKET=/var/run/postgresql has the service reach PostgreSQL through its
+# Unix socket in that folder (PG_URL's port names the socket), not over TCP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/esim-bench}"
@@ -70,7 +72,11 @@ start_simulators() {
 server_wrapper=()
 health_tries=100
 start_default_server() { # start_default_server <database url>
-  env ESIM__DATABASE__URL="$1" ESIM__LOG__LEVEL=warn ESIM__SUPPLIER__REQUESTS_PER_SECOND=0 \
+  local url="$1"
+  # PG_SOCKET (a folder, /var/run/postgresql on Debian): the server reaches
+  # PostgreSQL through its Unix socket there instead of TCP on PG_URL's port.
+  if [[ "$url" == postgres* && -n "${PG_SOCKET:-}" ]]; then url="$url?host=$PG_SOCKET"; fi
+  env ESIM__DATABASE__URL="$url" ESIM__LOG__LEVEL=warn ESIM__SUPPLIER__REQUESTS_PER_SECOND=0 \
     ESIM__SUPPLIER__BASE_URL=http://127.0.0.1:18590 ESIM__AIRALO__BASE_URL=http://127.0.0.1:18590/v2 \
     ESIM__PAYMENTS__BASE_URL=http://127.0.0.1:18590 ESIM__SIMULATORS__ADDR=127.0.0.1:18592 \
     ESIM__HTTP__PUBLIC_ADDR=127.0.0.1:18580 ESIM__HTTP__OPERATOR_ADDR=127.0.0.1:18581 \
