@@ -1,6 +1,6 @@
 //! A node on PostgreSQL's own host reaches it through its Unix socket
-//! (`?host=<folder>` in `database.url`, docs/configuration.md): the order
-//! path runs over the socket, and no TCP keepalive is looked for.
+//! (`?host=<folder>` in `database.url`, docs/configuration.md), and the
+//! order path runs over it.
 //!
 //! Runs when `TEST_DATABASE_URL` points at PostgreSQL and `TEST_PG_SOCKET`
 //! names the folder of its socket (`.ci/run` sets it when one answers there
