@@ -192,9 +192,10 @@ async fn serve(profile: Option<&str>) -> anyhow::Result<u8> {
 /// `verify` without a file: the configured database checked where it stands.
 async fn verify_in_place() -> anyhow::Result<u8> {
     let settings = Settings::load(&Sources::from_process())?;
-    let which = match backup::is_sqlite(&settings.database.url) {
-        true => "SQLite",
-        false => "PostgreSQL",
+    let which = if backup::is_sqlite(&settings.database.url) {
+        "SQLite"
+    } else {
+        "PostgreSQL"
     };
     let db = store::connect(&settings.database).await?;
     let outcome = backup::verify_in_place(&db).await;

@@ -241,7 +241,7 @@ mod tests {
     async fn sqlite_keeps_the_references_and_the_checks_name_what_breaks_them() {
         let (_dir, db) = sqlite_file_db("refs.db", 1).await;
         migrate(&db).await.unwrap();
-        for table in ["orders", "order_units"] {
+        for (table, expected) in [("orders", "partners"), ("order_units", "orders")] {
             let referenced = db
                 .query_one_raw(Statement::from_string(
                     DbBackend::Sqlite,
@@ -250,11 +250,6 @@ mod tests {
                 .await
                 .unwrap()
                 .map(|row| row.try_get_by_index::<String>(0).unwrap());
-            let expected = if table == "orders" {
-                "partners"
-            } else {
-                "orders"
-            };
             assert_eq!(referenced.as_deref(), Some(expected), "{table}");
         }
         // The one connection, told not to check, as a file written
