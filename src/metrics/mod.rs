@@ -98,6 +98,10 @@ pub(crate) const RATE_LIMIT_REDIS_FALLBACKS: &str = "esim_rate_limit_redis_fallb
 /// Failed authentications of partner requests (each one consumes the
 /// source's budget): `code` (`auth.missing`, `auth.invalid_key`, `auth.key_expired`).
 pub(crate) const AUTH_FAILURES: &str = "esim_auth_failures_total";
+/// Keys read from the database because they were not cached (first seen,
+/// expired, or forgotten after a change); lookups that waited for another's
+/// read are not counted.
+pub(crate) const KEY_READS: &str = "esim_auth_key_reads_total";
 
 /// Live orders refused at admission: `reason` (`capacity`, `fair_share`,
 /// `settling`).
@@ -317,6 +321,10 @@ fn describe_internals() {
         "Failed authentications of partner requests, by error code."
     );
     describe_counter!(
+        KEY_READS,
+        "Keys read from the database because they were not cached; lookups that waited for another's read are not counted."
+    );
+    describe_counter!(
         ADMISSION_REFUSALS,
         "Live orders refused at admission (502 supplier_error with Retry-After), by reason."
     );
@@ -528,6 +536,11 @@ pub(crate) fn rate_limit_redis_failure() {
 /// A rate-limit call was answered from memory because Redis was down.
 pub(crate) fn rate_limit_redis_fallback() {
     counter!(RATE_LIMIT_REDIS_FALLBACKS).increment(1);
+}
+
+/// A key read from the database (not cached, expired or forgotten).
+pub(crate) fn key_read() {
+    counter!(KEY_READS).increment(1);
 }
 
 /// A failed authentication of a partner request, by its error code.

@@ -286,6 +286,7 @@ async fn an_order_a_429_a_failed_authentication_deposits_and_a_restart_move_thei
             &[("class", "catalogue")],
         ),
         ("esim_auth_failures_total", &[("code", "auth.invalid_key")]),
+        ("esim_auth_key_reads_total", &[]),
         (
             "esim_http_requests_total",
             &[
