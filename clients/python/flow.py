@@ -137,9 +137,10 @@ def main() -> None:
 
     # --- health ------------------------------------------------------------
     begin("health")
-    health = get_health.sync_detailed(client=anonymous).parsed
-    if health is None:
-        fail("GET /health: no body")
+    r_health = get_health.sync_detailed(client=anonymous)
+    health = r_health.parsed
+    if isinstance(health, Error) or health is None:
+        fail(f"GET /health: {describe(r_health)}")
     check(health.status == "ok" and health.database == "ok", f"health {health.status}, database {health.database}")
     ok(f"status {health.status}, database {health.database}, up {health.uptime_seconds}s")
 

@@ -122,7 +122,7 @@ const anonymous = createClient<paths>({ baseUrl });
 begin("health");
 {
   const { data, error } = await anonymous.GET("/health");
-  if (error) fail(`GET /health answered ${error.status} ${error.database}`);
+  if (error) fail(`GET /health: ${"error" in error ? describeError(error) : `${error.status}, database ${error.database}`}`);
   check(data.status === "ok" && data.database === "ok", `health is ${data.status}, database ${data.database}`);
   ok(`status ${data.status}, database ${data.database}, up ${data.uptime_seconds}s`);
 }

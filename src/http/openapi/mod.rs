@@ -4,6 +4,7 @@
 //! What is the same on every route is added here once, by [`CommonParts`]:
 //! the bearer scheme, the error body (its `code` enum is the vocabulary in
 //! [`ErrorCode::ALL`]), the 401/403/429 every authenticated route can answer,
+//! the 400 of an unknown query parameter and the 413 of an oversized body,
 //! `X-Request-Id` on every answer and the `X-RateLimit-*` headers on the
 //! answers of rate-limited routes. `openapi.json` at the repository root is
 //! this document, checked by a test.
@@ -36,7 +37,7 @@ use crate::domain::states::{
 /// The revision of `v1` this document describes: the date of the newest
 /// entry in `docs/changelog.md`. The spec fixes `info.version` at `v1`
 /// (Versioning, rule 1), so revisions are dated in `info.x-revision` instead.
-pub const REVISION: &str = "2026-12-05";
+pub const REVISION: &str = "2026-12-06";
 
 /// Name of the bearer security scheme in the document.
 const BEARER: &str = "bearer";
@@ -211,6 +212,7 @@ impl Modify for CommonParts {
                         Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
                     add_auth_errors(operation);
                 }
+                add_request_errors(operation);
                 add_headers(operation, authenticated);
                 add_links(path, method, operation);
             }
@@ -348,32 +350,68 @@ pub fn error_response(description: &str) -> Response {
 
 /// 401, 403 and 429, which every authenticated route can answer.
 fn add_auth_errors(operation: &mut Operation) {
-    let responses = &mut operation.responses.responses;
-    let mut add = |status: &str, description: &str| {
-        let entry = responses
-            .entry(status.to_owned())
-            .or_insert_with(|| RefOr::T(error_response("")));
-        if let RefOr::T(response) = entry {
-            if response.description.is_empty() {
-                response.description = description.to_owned();
-            } else if !response.description.contains(description) {
-                response.description = format!("{description}; {}", response.description);
-            }
-        }
-    };
-    add(
+    add_error(
+        operation,
         "401",
         "`auth.missing`, `auth.invalid_key` or `auth.key_expired`",
     );
-    add(
+    add_error(
+        operation,
         "403",
         "`auth.ip_not_allowed`, `partner.not_live`, `partner.suspended` or `partner.closed`",
     );
-    add(
+    add_error(
+        operation,
         "429",
         "`rate_limit.exceeded`: the window limit of the route's class (with `Retry-After` and \
 `X-RateLimit-*`) or the failed-authentication budget (without them)",
     );
+}
+
+/// The 400 every route answers to a query parameter it does not take (or
+/// one named twice), and the 413 of every route that takes a body, to one
+/// past the service's limit.
+fn add_request_errors(operation: &mut Operation) {
+    const UNKNOWN_QUERY: &str = "an unknown or repeated query parameter (refused on every route)";
+    let entry = operation
+        .responses
+        .responses
+        .entry("400".to_owned())
+        .or_insert_with(|| RefOr::T(error_response("")));
+    if let RefOr::T(response) = entry
+        && !response.description.contains(UNKNOWN_QUERY)
+    {
+        response.description = if response.description.is_empty() {
+            format!("`request.invalid`: {UNKNOWN_QUERY}")
+        } else {
+            format!("{}; also {UNKNOWN_QUERY}", response.description)
+        };
+    }
+    if operation.request_body.is_some() {
+        add_error(
+            operation,
+            "413",
+            "`request.invalid`: the body is larger than the service takes (`http.body_limit_bytes`, \
+64 KiB unless configured)",
+        );
+    }
+}
+
+/// Documents the error answer `status` with `description`, in front of what
+/// the route already says of it.
+fn add_error(operation: &mut Operation, status: &str, description: &str) {
+    let entry = operation
+        .responses
+        .responses
+        .entry(status.to_owned())
+        .or_insert_with(|| RefOr::T(error_response("")));
+    if let RefOr::T(response) = entry {
+        if response.description.is_empty() {
+            response.description = description.to_owned();
+        } else if !response.description.contains(description) {
+            response.description = format!("{description}; {}", response.description);
+        }
+    }
 }
 
 /// `X-Request-Id` on every answer; the rate-limit headers where a class applies.
