@@ -21,6 +21,7 @@ mod four_eyes;
 mod healing;
 mod health;
 mod helpers;
+mod hostile;
 mod lifecycle;
 mod me;
 mod metrics;
