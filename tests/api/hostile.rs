@@ -74,10 +74,13 @@ fn odd_bodies() -> Vec<Vec<u8>> {
     ]
 }
 
-/// What the sweep saw, and the statuses each partner operation may answer.
+/// What the sweep holds answers to, and what it has seen.
 struct Sweep {
+    /// The spec's error codes (empty for the operator API, whose codes are its own).
     vocabulary: BTreeSet<&'static str>,
+    /// Requests sent.
     requests: usize,
+    /// The prices of the live orders it got accepted.
     accepted_live_cents: i64,
 }
 
