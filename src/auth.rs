@@ -207,12 +207,9 @@ impl KeyDirectory {
         read
     }
 
-    /// The key row of `digest` and its partner, as one record.
+    /// The key row of `digest` and its partner (one query), as one record.
     async fn read_rows(&self, digest: &str) -> Result<Option<Arc<KeyRecord>>, DbErr> {
-        let Some(key) = store::keys::find_by_hash(&self.db, digest).await? else {
-            return Ok(None);
-        };
-        let Some(partner) = store::partners::find(&self.db, &key.partner_id).await? else {
+        let Some((key, partner)) = store::keys::find_by_hash(&self.db, digest).await? else {
             return Ok(None);
         };
         let mode = key.mode;

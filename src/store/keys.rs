@@ -1,7 +1,7 @@
 //! API keys.
 
 use chrono::{DateTime, Utc};
-use entities::api_key;
+use entities::{api_key, partner};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait,
     QueryFilter,
@@ -43,15 +43,18 @@ pub(crate) async fn insert<C: ConnectionTrait>(
     .await
 }
 
-/// The key whose secret hashes to `hash`.
+/// The key whose secret hashes to `hash`, with its partner, in one query
+/// (a key without its partner row is none: the reference forbids it).
 pub(crate) async fn find_by_hash<C: ConnectionTrait>(
     db: &C,
     hash: &str,
-) -> Result<Option<api_key::Model>, DbErr> {
-    api_key::Entity::find()
+) -> Result<Option<(api_key::Model, partner::Model)>, DbErr> {
+    let found = api_key::Entity::find()
         .filter(api_key::Column::SecretHash.eq(hash))
+        .find_also_related(partner::Entity)
         .one(db)
-        .await
+        .await?;
+    Ok(found.and_then(|(key, partner)| Some((key, partner?))))
 }
 
 /// One key by id.
