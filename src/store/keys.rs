@@ -54,7 +54,7 @@ pub(crate) async fn find_by_hash<C: ConnectionTrait>(
         .find_also_related(partner::Entity)
         .one(db)
         .await?;
-    Ok(found.and_then(|(key, partner)| Some((key, partner?))))
+    Ok(found.and_then(|(key, partner)| partner.map(|partner| (key, partner))))
 }
 
 /// One key by id.
