@@ -373,12 +373,7 @@ fn add_auth_errors(operation: &mut Operation) {
 /// past the service's limit.
 fn add_request_errors(operation: &mut Operation) {
     const UNKNOWN_QUERY: &str = "an unknown or repeated query parameter (refused on every route)";
-    let entry = operation
-        .responses
-        .responses
-        .entry("400".to_owned())
-        .or_insert_with(|| RefOr::T(error_response("")));
-    if let RefOr::T(response) = entry
+    if let Some(response) = error_entry(operation, "400")
         && !response.description.contains(UNKNOWN_QUERY)
     {
         response.description = if response.description.is_empty() {
@@ -400,17 +395,27 @@ fn add_request_errors(operation: &mut Operation) {
 /// Documents the error answer `status` with `description`, in front of what
 /// the route already says of it.
 fn add_error(operation: &mut Operation, status: &str, description: &str) {
+    let Some(response) = error_entry(operation, status) else {
+        return;
+    };
+    if response.description.is_empty() {
+        response.description = description.to_owned();
+    } else if !response.description.contains(description) {
+        response.description = format!("{description}; {}", response.description);
+    }
+}
+
+/// The operation's answer `status`, made an error answer with no
+/// description yet if the route had none (`None` for a shared reference).
+fn error_entry<'a>(operation: &'a mut Operation, status: &str) -> Option<&'a mut Response> {
     let entry = operation
         .responses
         .responses
         .entry(status.to_owned())
         .or_insert_with(|| RefOr::T(error_response("")));
-    if let RefOr::T(response) = entry {
-        if response.description.is_empty() {
-            response.description = description.to_owned();
-        } else if !response.description.contains(description) {
-            response.description = format!("{description}; {}", response.description);
-        }
+    match entry {
+        RefOr::T(response) => Some(response),
+        RefOr::Ref(_) => None,
     }
 }
 
