@@ -6,13 +6,13 @@
 //! in the same envelope. Whatever orders the sweep got accepted are debited
 //! exactly once.
 
-use std::collections::BTreeSet;
-
 use esim_reseller::http::error::ErrorCode;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{OPERATOR_TOKEN, TestApp, balance, fund, spawn_app_with};
+use crate::helpers::{
+    OPERATOR_TOKEN, TestApp, balance, fund, get, live_partner, sandbox_key, spawn_app_with,
+};
 
 /// Strings put in path segments and query values.
 const ODD_TEXT: &[&str] = &[
@@ -74,10 +74,9 @@ fn odd_bodies() -> Vec<Vec<u8>> {
     ]
 }
 
-/// What the sweep holds answers to, and what it has seen.
+/// What the sweep has seen.
+#[derive(Default)]
 struct Sweep {
-    /// The spec's error codes (empty for the operator API, whose codes are its own).
-    vocabulary: BTreeSet<&'static str>,
     /// Requests sent.
     requests: usize,
     /// The prices of the live orders it got accepted.
@@ -106,7 +105,7 @@ impl Sweep {
             if documented.is_some() {
                 let code = error["code"].as_str().unwrap_or_default();
                 assert!(
-                    self.vocabulary.contains(code),
+                    ErrorCode::ALL.iter().any(|known| known.as_str() == code),
                     "{what}: code {code:?} is outside the spec's vocabulary: {body}"
                 );
             }
@@ -259,33 +258,17 @@ impl Target<'_> {
     }
 }
 
-/// A live partner funded with `cents`: its live and sandbox secrets.
-async fn funded_partner(app: &TestApp, cents: i64) -> (String, String) {
-    let (partner, live) = app.partner_with_key(json!({}), "live").await;
-    let partner_id = partner["id"].as_str().unwrap();
-    let sandbox = app
-        .issue_key(partner_id, json!({ "mode": "sandbox" }))
-        .await;
-    fund(app, partner_id, cents).await;
-    (
-        live["secret"].as_str().unwrap().to_owned(),
-        sandbox["secret"].as_str().unwrap().to_owned(),
-    )
-}
-
 #[tokio::test]
 async fn hostile_requests_to_every_partner_operation_get_a_documented_refusal_never_a_5xx() {
     let app = spawn_app_with(LIFTED).await;
     let funding = 10_000_000;
-    let (live, sandbox) = funded_partner(&app, funding).await;
-    let (_, plans) = crate::helpers::get(&app, &live, "/plans").await;
+    let (partner_id, live) = live_partner(&app).await;
+    let sandbox = sandbox_key(&app, &partner_id).await;
+    fund(&app, &partner_id, funding).await;
+    let (_, plans) = get(&app, &live, "/plans").await;
     let plan_id = plans["data"][0]["id"].as_str().unwrap().to_owned();
     let doc = esim_reseller::http::openapi::to_value();
-    let mut sweep = Sweep {
-        vocabulary: ErrorCode::ALL.iter().map(|c| c.as_str()).collect(),
-        requests: 0,
-        accepted_live_cents: 0,
-    };
+    let mut sweep = Sweep::default();
     for (template, item) in doc["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
             let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
@@ -364,16 +347,12 @@ fn lossy(raw: &[u8]) -> String {
     String::from_utf8_lossy(&raw[..raw.len().min(30)]).into_owned()
 }
 
-/// `text` as one path segment.
+/// `text` as one path segment (percent-encoded; `form_urlencoded` writes a
+/// space as `+`, which a path would keep as a plus).
 fn urlencoding(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    form_urlencoded::byte_serialize(text.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
 }
 
 /// Every operator route that takes a body, with a body it accepts.
@@ -526,11 +505,7 @@ async fn hostile_requests_to_every_operator_route_get_an_envelope_never_a_5xx() 
     let (partner, key) = app.partner_with_key(json!({}), "live").await;
     let partner_id = partner["id"].as_str().unwrap();
     let key_id = key["id"].as_str().unwrap();
-    let mut sweep = Sweep {
-        vocabulary: BTreeSet::new(),
-        requests: 0,
-        accepted_live_cents: 0,
-    };
+    let mut sweep = Sweep::default();
     operator_body_sweep(&app, &mut sweep, partner_id, key_id).await;
     operator_path_and_query_sweep(&app, &mut sweep).await;
     assert!(
