@@ -40,6 +40,9 @@
 # QUANTITY=5 orders five units an order in `orders` (1 unless set).
 # PG_SOCKET=/var/run/postgresql has the service reach PostgreSQL through its
 # Unix socket in that folder (PG_URL's port names the socket), not over TCP.
+# PG_DATABASE_OPTIONS is appended to each drive's CREATE DATABASE, for a
+# database of another locale (for example "TEMPLATE template0
+# LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/esim-bench}"
@@ -111,7 +114,7 @@ load() { "$bin" loadtest --public-url http://127.0.0.1:18580 --operator-url http
 # A bench database's life: on PostgreSQL each drive's database (the last
 # part of its URL) is made before and dropped after; a SQLite file needs
 # neither.
-create_db() { [[ "$1" == postgres* ]] || return 0; psql "$PG_URL/postgres" -qc "CREATE DATABASE \"${1##*/}\"" >/dev/null; }
+create_db() { [[ "$1" == postgres* ]] || return 0; psql "$PG_URL/postgres" -qc "CREATE DATABASE \"${1##*/}\" ${PG_DATABASE_OPTIONS:-}" >/dev/null; }
 drop_db() { [[ "$1" == postgres* ]] || return 0; psql "$PG_URL/postgres" -qc "DROP DATABASE \"${1##*/}\" WITH (FORCE)" >/dev/null; }
 
 databases=()
