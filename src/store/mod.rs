@@ -519,7 +519,8 @@ pub(super) mod tests {
 
     /// Runs `check` on a migrated PostgreSQL database of its own, dropped
     /// after (whether `check` passed or not), when `TEST_DATABASE_URL` names
-    /// a server; otherwise says it skipped.
+    /// a server; otherwise says it skipped. The database is made with what
+    /// `TEST_DATABASE_OPTIONS` says, if anything (a locale of its own).
     pub(super) async fn on_own_postgres<F, Fut>(prefix: &str, check: F)
     where
         F: FnOnce(Db) -> Fut,
@@ -534,8 +535,9 @@ pub(super) mod tests {
         };
         let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
         let admin = Database::connect(&base).await.unwrap();
+        let options = std::env::var("TEST_DATABASE_OPTIONS").unwrap_or_default();
         admin
-            .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+            .execute_unprepared(&format!("CREATE DATABASE \"{name}\" {options}"))
             .await
             .unwrap();
         let (server, _) = base.rsplit_once('/').unwrap();
@@ -761,6 +763,21 @@ pub(super) mod tests {
                 .get_test_before_acquire(),
             "a connection to the file is not pinged each time it is taken"
         );
+    }
+
+    /// The databases the tests make follow `TEST_DATABASE_OPTIONS`: under
+    /// a linguistic locale (ICU's `en-US`, glibc's `en_US.UTF-8`: CI's second
+    /// PostgreSQL pass) `ord_a` sorts before `ord_B`; under `C` or
+    /// `C.UTF-8` bytes decide, and it sorts after.
+    #[tokio::test]
+    async fn test_databases_are_made_with_the_options_asked_for() {
+        let options = std::env::var("TEST_DATABASE_OPTIONS").unwrap_or_default();
+        let linguistic = options.contains("en-US") || options.contains("en_US");
+        on_own_postgres("esim_made_as_asked", |db| async move {
+            let lower_first: bool = one_value(&db, "SELECT 'ord_a' < 'ord_B'").await;
+            assert_eq!(lower_first, linguistic, "options: {options:?}");
+        })
+        .await;
     }
 
     #[test]

@@ -369,6 +369,14 @@ where
     }
 }
 
+/// What `TEST_DATABASE_OPTIONS` adds to each test database's `CREATE
+/// DATABASE` (for example a locale of its own: `TEMPLATE template0
+/// LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'`); nothing unless
+/// set.
+fn database_options() -> String {
+    std::env::var("TEST_DATABASE_OPTIONS").unwrap_or_default()
+}
+
 /// A throw-away PostgreSQL database, dropped with the test.
 struct PostgresDatabase {
     base: String,
@@ -383,7 +391,10 @@ impl PostgresDatabase {
             .await
             .expect("connect to TEST_DATABASE_URL");
         admin
-            .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+            .execute_unprepared(&format!(
+                "CREATE DATABASE \"{name}\" {}",
+                database_options()
+            ))
             .await
             .expect("create test database");
         let _ = admin.close().await;
