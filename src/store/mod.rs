@@ -517,6 +517,13 @@ pub(super) mod tests {
         assert!(!plan.contains(avoided), "{plan}");
     }
 
+    /// What `TEST_DATABASE_OPTIONS` adds to the `CREATE DATABASE` of each
+    /// PostgreSQL database a test makes (a locale of its own); nothing
+    /// unless set.
+    fn database_options() -> String {
+        std::env::var("TEST_DATABASE_OPTIONS").unwrap_or_default()
+    }
+
     /// Runs `check` on a migrated PostgreSQL database of its own, dropped
     /// after (whether `check` passed or not), when `TEST_DATABASE_URL` names
     /// a server; otherwise says it skipped. The database is made with what
@@ -535,7 +542,7 @@ pub(super) mod tests {
         };
         let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
         let admin = Database::connect(&base).await.unwrap();
-        let options = std::env::var("TEST_DATABASE_OPTIONS").unwrap_or_default();
+        let options = database_options();
         admin
             .execute_unprepared(&format!("CREATE DATABASE \"{name}\" {options}"))
             .await
@@ -771,7 +778,7 @@ pub(super) mod tests {
     /// `C.UTF-8` bytes decide, and it sorts after.
     #[tokio::test]
     async fn test_databases_are_made_with_the_options_asked_for() {
-        let options = std::env::var("TEST_DATABASE_OPTIONS").unwrap_or_default();
+        let options = database_options();
         let linguistic = options.contains("en-US") || options.contains("en_US");
         on_own_postgres("esim_made_as_asked", |db| async move {
             let lower_first: bool = one_value(&db, "SELECT 'ord_a' < 'ord_B'").await;
