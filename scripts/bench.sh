@@ -8,7 +8,9 @@
 #   scripts/bench.sh orders     wrk with 1, 100 and 1000 partners and the naive loop
 #                               side by side, per database, against the service's
 #                               default settings (only the limits lifted), with the
-#                               simulators in their own process (`simulate`)
+#                               simulators in their own process (`simulate`);
+#                               after each drive settles, the money is checked in
+#                               place (`verify`)
 #   scripts/bench.sh profile    the same load (PROFILE_PARTNERS partners, 100) under
 #                               perf: where the time goes (CALL_GRAPH=dwarf for
 #                               whole call stacks)
@@ -169,6 +171,15 @@ wait_settled() { # waits (up to $1 s, 120) until every accepted order settled; p
   for _ in $(seq 1 $(( ${1:-120} * 5 ))); do [ "$(settled_total)" = "$(accepted_total)" ] && break; sleep 0.2; done
   echo $((SECONDS - began))
 }
+# The money after a drive, read in place while the server still serves
+# (`verify`: every invariant and reference in one snapshot): true when every
+# one holds; otherwise false, with what broke on stderr.
+money_held() { # money_held <database url>
+  local said
+  if said=$(ESIM__DATABASE__URL="$1" ESIM__LOG__LEVEL=warn "$bin" verify 2>&1); then echo true; return; fi
+  echo "money check after the drive on $1: $said" >&2
+  echo false
+}
 keys_file() { # keys_file <n>: n new funded gold partners, one live key each, in a file
   local file="$work/keys-$1-$RANDOM"
   for _ in $(seq 1 "$1"); do funded_key >> "$file"; done
@@ -184,7 +195,7 @@ orders_side_by_side() {
       create_db "$url"
       start_default_server "$url"
       local keys before after pg_before pg_after pg_cpu orders cpu settle result
-      local machine_before machine_after disk_before idle disk gate_before clock_before gate_busy
+      local machine_before machine_after disk_before idle disk gate_before clock_before gate_busy money
       keys=$(keys_file "$partners")
       before=$(cpu_ticks); pg_before=$(pg_ticks); machine_before=$(machine_ticks); disk_before=$(disk_kib)
       gate_before=$(gate_held_us); clock_before=$(date +%s%N)
@@ -196,10 +207,11 @@ orders_side_by_side() {
       # The share of the drive (and its settling) some writer held the gate.
       gate_busy=$(awk -v a="$(gate_held_us)" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
       if [[ "$url" == postgres* ]]; then gate_busy=null; fi
+      money=$(money_held "$url")
       cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
       pg_cpu=null
       if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
-      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy}"
+      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"money_invariants_held\":$money}"
       if [ "$partners" = 1 ]; then
         echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)}"
       fi
