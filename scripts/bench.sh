@@ -185,6 +185,7 @@ keys_file() { # keys_file <n>: n new funded gold partners, one live key each, in
   for _ in $(seq 1 "$1"); do funded_key >> "$file"; done
   echo "$file"
 }
+money_broken=0
 orders_side_by_side() {
   cargo build --release -q --example naive_orders
   start_simulators
@@ -208,6 +209,7 @@ orders_side_by_side() {
       gate_busy=$(awk -v a="$(gate_held_us)" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
       if [[ "$url" == postgres* ]]; then gate_busy=null; fi
       money=$(money_held "$url")
+      [ "$money" = true ] || money_broken=1
       cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
       pg_cpu=null
       if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
@@ -224,6 +226,8 @@ orders_side_by_side() {
     drop_db "$naive"
   done
   stop_all
+  # Every drive ran; a broken invariant still fails the run.
+  if [ "$money_broken" = 1 ]; then echo "the money did not hold after every drive (see above)" >&2; return 1; fi
 }
 # A profile of the server under the same wrk load as `orders` (defaults,
 # limits lifted, simulators in their own process), PROFILE_PARTNERS partners
