@@ -151,10 +151,12 @@ pg_ticks() {
   for pid in $(pgrep -x postgres); do total=$((total + $(awk '{print $14+$15+$16+$17}' "/proc/$pid/stat" 2>/dev/null || echo 0))); done
   echo "$total"
 }
-# The machine's CPU ticks: all of them, and those idle or waiting for the
-# disk (/proc/stat). A drive that leaves the machine idle is bounded by
-# something serial, not by the CPU.
-machine_ticks() { awk '/^cpu / {print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6}' /proc/stat; }
+# The machine's CPU ticks: all of them, those idle or waiting for the disk,
+# and those stolen (/proc/stat). A drive that leaves the machine idle is
+# bounded by something serial, not by the CPU; ticks stolen are time a
+# virtual machine's host gave its processors to someone else, which makes
+# one drive slower than its neighbours for no reason of its own.
+machine_ticks() { awk '/^cpu / {print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6, $9}' /proc/stat; }
 # KiB the machine has written to its disks so far (/proc/vmstat pgpgout).
 disk_kib() { awk '/^pgpgout / {print $2}' /proc/vmstat; }
 # Microseconds the SQLite file's write gate has been held so far (0 on
@@ -196,14 +198,15 @@ orders_side_by_side() {
       create_db "$url"
       start_default_server "$url"
       local keys before after pg_before pg_after pg_cpu orders cpu settle result
-      local machine_before machine_after disk_before idle disk gate_before clock_before gate_busy money
+      local machine_before machine_after disk_before idle steal disk gate_before clock_before gate_busy money
       keys=$(keys_file "$partners")
       before=$(cpu_ticks); pg_before=$(pg_ticks); machine_before=$(machine_ticks); disk_before=$(disk_kib)
       gate_before=$(gate_held_us); clock_before=$(date +%s%N)
       result=$(KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
       settle=$(wait_settled)
       after=$(cpu_ticks); pg_after=$(pg_ticks); machine_after=$(machine_ticks); orders=$(accepted_total)
-      idle=$(echo "$machine_before $machine_after" | awk '{printf "%.1f", ($4 - $2) * 100 / ($3 - $1 > 0 ? $3 - $1 : 1)}')
+      idle=$(echo "$machine_before $machine_after" | awk '{printf "%.1f", ($5 - $2) * 100 / ($4 - $1 > 0 ? $4 - $1 : 1)}')
+      steal=$(echo "$machine_before $machine_after" | awk '{printf "%.1f", ($6 - $3) * 100 / ($4 - $1 > 0 ? $4 - $1 : 1)}')
       disk=$(awk -v a="$(disk_kib)" -v b="$disk_before" -v n="$orders" 'BEGIN {printf "%.1f", (a - b) / (n > 0 ? n : 1)}')
       # The share of the drive (and its settling) some writer held the gate.
       gate_busy=$(awk -v a="$(gate_held_us)" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
@@ -213,7 +216,7 @@ orders_side_by_side() {
       cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
       pg_cpu=null
       if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
-      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"money_invariants_held\":$money}"
+      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"money_invariants_held\":$money}"
       if [ "$partners" = 1 ]; then
         echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)}"
       fi
