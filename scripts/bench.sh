@@ -157,6 +157,8 @@ pg_ticks() {
 # virtual machine's host gave its processors to someone else, which makes
 # one drive slower than its neighbours for no reason of its own.
 machine_ticks() { awk '/^cpu / {print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6, $9}' /proc/stat; }
+# The percentage of the ticks between two machine_ticks readings stolen.
+stolen_percent() { echo "$1 $2" | awk '{printf "%.1f", ($6 - $3) * 100 / ($4 - $1 > 0 ? $4 - $1 : 1)}'; }
 # KiB the machine has written to its disks so far (/proc/vmstat pgpgout).
 disk_kib() { awk '/^pgpgout / {print $2}' /proc/vmstat; }
 # Microseconds the SQLite file's write gate has been held so far (0 on
@@ -206,7 +208,7 @@ orders_side_by_side() {
       settle=$(wait_settled)
       after=$(cpu_ticks); pg_after=$(pg_ticks); machine_after=$(machine_ticks); orders=$(accepted_total)
       idle=$(echo "$machine_before $machine_after" | awk '{printf "%.1f", ($5 - $2) * 100 / ($4 - $1 > 0 ? $4 - $1 : 1)}')
-      steal=$(echo "$machine_before $machine_after" | awk '{printf "%.1f", ($6 - $3) * 100 / ($4 - $1 > 0 ? $4 - $1 : 1)}')
+      steal=$(stolen_percent "$machine_before" "$machine_after")
       disk=$(awk -v a="$(disk_kib)" -v b="$disk_before" -v n="$orders" 'BEGIN {printf "%.1f", (a - b) / (n > 0 ? n : 1)}')
       # The share of the drive (and its settling) some writer held the gate.
       gate_busy=$(awk -v a="$(gate_held_us)" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
@@ -218,7 +220,10 @@ orders_side_by_side() {
       if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
       echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"money_invariants_held\":$money}"
       if [ "$partners" = 1 ]; then
-        echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)}"
+        machine_before=$(machine_ticks)
+        result=$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)
+        steal=$(stolen_percent "$machine_before" "$(machine_ticks)")
+        echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$result,\"machine_steal_percent\":$steal}"
       fi
       stop_server
       drop_db "$url"
