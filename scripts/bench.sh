@@ -157,8 +157,9 @@ pg_ticks() {
 # virtual machine's host gave its processors to someone else, which makes
 # one drive slower than its neighbours for no reason of its own.
 machine_ticks() { awk '/^cpu / {print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6, $9}' /proc/stat; }
-# The percentage of the ticks between two machine_ticks readings stolen.
-stolen_percent() { echo "$1 $2" | awk '{printf "%.1f", ($6 - $3) * 100 / ($4 - $1 > 0 ? $4 - $1 : 1)}'; }
+# The percentage of the ticks between two machine_ticks readings that were
+# idle (column 2) or stolen (column 3): ticks_percent <before> <after> <column>.
+ticks_percent() { echo "$1 $2" | awk -v k="$3" '{printf "%.1f", ($(k + 3) - $k) * 100 / ($4 - $1 > 0 ? $4 - $1 : 1)}'; }
 # KiB the machine has written to its disks so far (/proc/vmstat pgpgout).
 disk_kib() { awk '/^pgpgout / {print $2}' /proc/vmstat; }
 # Microseconds the SQLite file's write gate has been held so far (0 on
@@ -207,8 +208,8 @@ orders_side_by_side() {
       result=$(KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
       settle=$(wait_settled)
       after=$(cpu_ticks); pg_after=$(pg_ticks); machine_after=$(machine_ticks); orders=$(accepted_total)
-      idle=$(echo "$machine_before $machine_after" | awk '{printf "%.1f", ($5 - $2) * 100 / ($4 - $1 > 0 ? $4 - $1 : 1)}')
-      steal=$(stolen_percent "$machine_before" "$machine_after")
+      idle=$(ticks_percent "$machine_before" "$machine_after" 2)
+      steal=$(ticks_percent "$machine_before" "$machine_after" 3)
       disk=$(awk -v a="$(disk_kib)" -v b="$disk_before" -v n="$orders" 'BEGIN {printf "%.1f", (a - b) / (n > 0 ? n : 1)}')
       # The share of the drive (and its settling) some writer held the gate.
       gate_busy=$(awk -v a="$(gate_held_us)" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
@@ -222,7 +223,7 @@ orders_side_by_side() {
       if [ "$partners" = 1 ]; then
         machine_before=$(machine_ticks)
         result=$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)
-        steal=$(stolen_percent "$machine_before" "$(machine_ticks)")
+        steal=$(ticks_percent "$machine_before" "$(machine_ticks)" 3)
         echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"result\":$result,\"machine_steal_percent\":$steal}"
       fi
       stop_server
