@@ -18,7 +18,9 @@ use crate::domain::{
 /// float: the folder (it goes with the file), the database, the partner's id.
 pub(crate) async fn funded_partner(name: &str) -> (tempfile::TempDir, Db, String) {
     let (dir, db) = super::tests::sqlite_file_db(name, 2).await;
-    super::migrate(&db).await.unwrap();
+    super::migrate(&db)
+        .await
+        .expect("a fresh file takes the migrations");
     let partner_id = super::partners::gold_partner(&db, "fixture", 10_000).await;
     (dir, db, partner_id)
 }
@@ -50,8 +52,8 @@ pub(crate) async fn order_status(db: &Db, id: &str) -> OrderStatus {
     order::Entity::find_by_id(id.to_owned())
         .one(db)
         .await
-        .unwrap()
-        .unwrap()
+        .expect("the order is readable")
+        .expect("the order exists")
         .status
 }
 
