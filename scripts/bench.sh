@@ -162,6 +162,15 @@ machine_ticks() { awk '/^cpu / {print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6, $9}' /proc
 ticks_percent() { echo "$1 $2" | awk -v k="$3" '{printf "%.1f", ($(k + 3) - $k) * 100 / ($4 - $1 > 0 ? $4 - $1 : 1)}'; }
 # KiB the machine has written to its disks so far (/proc/vmstat pgpgout).
 disk_kib() { awk '/^pgpgout / {print $2}' /proc/vmstat; }
+# The disk under the drives' files, and its writes completed so far with the
+# milliseconds they took (/proc/diskstats): their average over a drive is
+# how long the disk took to take a write, which a virtual machine's host
+# can lengthen for reasons of its own, as it can steal processors.
+disk_device=$(basename "$(findmnt -no SOURCE --target "$work" 2>/dev/null || true)")
+disk_writes() { awk -v d="$disk_device" '$3 == d {print $8, $11}' /proc/diskstats; }
+# The average milliseconds a write took between two disk_writes readings
+# (null without the disk or without a write): write_ms <before> <after>.
+write_ms() { echo "$1 $2" | awk 'NF == 4 && $3 > $1 {printf "%.2f", ($4 - $2) / ($3 - $1); next} {print "null"}'; }
 # Microseconds the SQLite file's write gate has been held so far (0 on
 # PostgreSQL, which has none).
 gate_held_us() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_db_write_gate_held_microseconds_total/ {s+=$2} END {printf "%d", s}'; }
@@ -202,14 +211,17 @@ orders_side_by_side() {
       start_default_server "$url"
       local keys before after pg_before pg_after pg_cpu orders cpu settle result
       local machine_before machine_after disk_before idle steal disk gate_before clock_before gate_busy money
+      local writes_before write_wait
       keys=$(keys_file "$partners")
       before=$(cpu_ticks); pg_before=$(pg_ticks); machine_before=$(machine_ticks); disk_before=$(disk_kib)
+      writes_before=$(disk_writes)
       gate_before=$(gate_held_us); clock_before=$(date +%s%N)
       result=$(KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
       settle=$(wait_settled)
       after=$(cpu_ticks); pg_after=$(pg_ticks); machine_after=$(machine_ticks); orders=$(accepted_total)
       idle=$(ticks_percent "$machine_before" "$machine_after" 2)
       steal=$(ticks_percent "$machine_before" "$machine_after" 3)
+      write_wait=$(write_ms "$writes_before" "$(disk_writes)")
       disk=$(awk -v a="$(disk_kib)" -v b="$disk_before" -v n="$orders" 'BEGIN {printf "%.1f", (a - b) / (n > 0 ? n : 1)}')
       # The share of the drive (and its settling) some writer held the gate.
       gate_busy=$(awk -v a="$(gate_held_us)" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
@@ -219,7 +231,7 @@ orders_side_by_side() {
       cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
       pg_cpu=null
       if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
-      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"money_invariants_held\":$money}"
+      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"machine_disk_write_ms\":$write_wait,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"money_invariants_held\":$money}"
       if [ "$partners" = 1 ]; then
         machine_before=$(machine_ticks)
         result=$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)
