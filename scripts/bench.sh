@@ -164,8 +164,9 @@ ticks_percent() { echo "$1 $2" | awk -v k="$3" '{printf "%.1f", ($(k + 3) - $k) 
 disk_kib() { awk '/^pgpgout / {print $2}' /proc/vmstat; }
 # The disk under the drives' files, and its writes completed so far with the
 # milliseconds they took (/proc/diskstats): their average over a drive is
-# how long the disk took to take a write, which a virtual machine's host
-# can lengthen for reasons of its own, as it can steal processors.
+# how long the disk took to complete a write request (longer for larger
+# ones), which a virtual machine's host can lengthen for reasons of its
+# own, as it can steal processors.
 disk_device=$(basename "$(findmnt -no SOURCE --target "$work" 2>/dev/null || true)")
 disk_writes() { awk -v d="$disk_device" '$3 == d {print $8, $11}' /proc/diskstats; }
 # The average milliseconds a write took between two disk_writes readings
