@@ -180,6 +180,9 @@ accepted_total() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_orders_
 orders_per_commit() {
   curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_order_commit_orders_sum/ {o+=$2} /^esim_order_commits_total/ {c+=$2} END {printf "%.1f", (c > 0 ? o / c : 0)}'
 }
+# Times the SQLite file's WAL has started over after a checkpoint (0 on
+# PostgreSQL).
+wal_restarts() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_db_wal_restarts_total/ {s+=$2} END {print s+0}'; }
 settled_total() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_orders_settled_total/ {s+=$2} END {print s+0}'; }
 wait_settled() { # waits (up to $1 s, 120) until every accepted order settled; prints the seconds waited
   local began=$SECONDS
@@ -212,11 +215,11 @@ orders_side_by_side() {
       start_default_server "$url"
       local keys before after pg_before pg_after pg_cpu orders cpu settle result
       local machine_before machine_after disk_before idle steal disk gate_before clock_before gate_busy money
-      local writes_before write_wait
+      local writes_before write_wait restarts_before restarts
       keys=$(keys_file "$partners")
       before=$(cpu_ticks); pg_before=$(pg_ticks); machine_before=$(machine_ticks); disk_before=$(disk_kib)
       writes_before=$(disk_writes)
-      gate_before=$(gate_held_us); clock_before=$(date +%s%N)
+      gate_before=$(gate_held_us); clock_before=$(date +%s%N); restarts_before=$(wal_restarts)
       result=$(KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
       settle=$(wait_settled)
       after=$(cpu_ticks); pg_after=$(pg_ticks); machine_after=$(machine_ticks); orders=$(accepted_total)
@@ -226,13 +229,14 @@ orders_side_by_side() {
       disk=$(awk -v a="$(disk_kib)" -v b="$disk_before" -v n="$orders" 'BEGIN {printf "%.1f", (a - b) / (n > 0 ? n : 1)}')
       # The share of the drive (and its settling) some writer held the gate.
       gate_busy=$(awk -v a="$(gate_held_us)" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
-      if [[ "$url" == postgres* ]]; then gate_busy=null; fi
+      restarts=$(( $(wal_restarts) - restarts_before ))
+      if [[ "$url" == postgres* ]]; then gate_busy=null; restarts=null; fi
       money=$(money_held "$url")
       [ "$money" = true ] || money_broken=1
       cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
       pg_cpu=null
       if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
-      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"machine_disk_write_ms\":$write_wait,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"money_invariants_held\":$money}"
+      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"machine_disk_write_ms\":$write_wait,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"wal_restarts\":$restarts,\"money_invariants_held\":$money}"
       if [ "$partners" = 1 ]; then
         machine_before=$(machine_ticks)
         result=$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)

@@ -68,9 +68,10 @@ function done(summary, latency, requests)
   for code, n in pairs(by) do table.insert(parts, string.format('"%d":%d', code, n)) end
   local seconds = summary.duration / 1e6
   io.write(string.format(
-    '{"generator":"wrk","requests":%d,"seconds":%.2f,"requests_per_second":%.0f,"accepted_per_second":%.0f,"p50_ms":%.2f,"p99_ms":%.2f,"errors":%d,"statuses":{%s}}\n',
+    '{"generator":"wrk","requests":%d,"seconds":%.2f,"requests_per_second":%.0f,"accepted_per_second":%.0f,"p50_ms":%.2f,"p99_ms":%.2f,"p999_ms":%.2f,"max_ms":%.2f,"errors":%d,"statuses":{%s}}\n',
     summary.requests, seconds, summary.requests / seconds, (by[202] or 0) / seconds,
     latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    latency:percentile(99.9) / 1000, latency.max / 1000,
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout + summary.errors.status,
     table.concat(parts, ",")))
 end
