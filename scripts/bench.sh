@@ -59,7 +59,8 @@ work=$(mktemp -d)
 server=""
 sims=""
 stop_server() { [ -n "$server" ] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null; server=""; }
-stop_all() { stop_server; [ -n "$sims" ] && kill -TERM "$sims" 2>/dev/null && wait "$sims" 2>/dev/null; sims=""; }
+disk_watch=""
+stop_all() { [ -n "$disk_watch" ] && kill "$disk_watch" 2>/dev/null; stop_server; [ -n "$sims" ] && kill -TERM "$sims" 2>/dev/null && wait "$sims" 2>/dev/null; sims=""; }
 trap stop_all EXIT
 # The stand-ins in a process of their own, supplier latency 0 and no rate
 # limit: the server's CPU figures are then its own.
@@ -172,6 +173,23 @@ disk_writes() { awk -v d="$disk_device" '$3 == d {print $8, $11}' /proc/diskstat
 # The average milliseconds a write took between two disk_writes readings
 # (null without the disk or without a write): write_ms <before> <after>.
 write_ms() { echo "$1 $2" | awk 'NF == 4 && $3 > $1 {printf "%.2f", ($4 - $2) / ($3 - $1); next} {print "null"}'; }
+# The disk's writes read every 100 ms over a drive, in the background: the
+# worst 100 ms's average says whether one write stalled (a virtual disk
+# sometimes takes a few hundred ms to complete one, and every commit waits
+# for its own), which the drive's average hides.
+start_disk_watch() {
+  : > "$work/disk-samples"
+  (while :; do disk_writes; sleep 0.1; done >> "$work/disk-samples") &
+  disk_watch=$!
+}
+# Stops the watch; prints the highest average ms a write took over any 100
+# ms it read (null without the disk).
+worst_write_ms() {
+  kill "$disk_watch" 2>/dev/null || true
+  wait "$disk_watch" 2>/dev/null || true
+  disk_watch=""
+  awk 'NR > 1 && $1 > w {v = ($2 - m) / ($1 - w); if (v > worst) worst = v} {w = $1; m = $2} END {if (NR > 1) printf "%.1f", worst; else print "null"}' "$work/disk-samples"
+}
 # Microseconds the SQLite file's write gate has been held so far (0 on
 # PostgreSQL, which has none).
 gate_held_us() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_db_write_gate_held_microseconds_total/ {s+=$2} END {printf "%d", s}'; }
@@ -183,6 +201,9 @@ orders_per_commit() {
 # Times the SQLite file's WAL has started over after a checkpoint (0 on
 # PostgreSQL).
 wal_restarts() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_db_wal_restarts_total/ {s+=$2} END {print s+0}'; }
+# Inline SQLite commits so far that took longer than 100 ms (from the
+# esim_db_inline_commit_seconds histogram; 0 on PostgreSQL).
+slow_commits() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_db_inline_commit_seconds_count/ {c+=$2} /^esim_db_inline_commit_seconds_bucket\{le="0.1"\}/ {b+=$2} END {print c-b}'; }
 settled_total() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_orders_settled_total/ {s+=$2} END {print s+0}'; }
 wait_settled() { # waits (up to $1 s, 120) until every accepted order settled; prints the seconds waited
   local began=$SECONDS
@@ -215,28 +236,29 @@ orders_side_by_side() {
       start_default_server "$url"
       local keys before after pg_before pg_after pg_cpu orders cpu settle result
       local machine_before machine_after disk_before idle steal disk gate_before clock_before gate_busy money
-      local writes_before write_wait restarts_before restarts
+      local writes_before write_wait worst_wait restarts_before restarts slow_before slow
       keys=$(keys_file "$partners")
       before=$(cpu_ticks); pg_before=$(pg_ticks); machine_before=$(machine_ticks); disk_before=$(disk_kib)
-      writes_before=$(disk_writes)
-      gate_before=$(gate_held_us); clock_before=$(date +%s%N); restarts_before=$(wal_restarts)
+      writes_before=$(disk_writes); start_disk_watch
+      gate_before=$(gate_held_us); clock_before=$(date +%s%N); restarts_before=$(wal_restarts); slow_before=$(slow_commits)
       result=$(KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
       settle=$(wait_settled)
       after=$(cpu_ticks); pg_after=$(pg_ticks); machine_after=$(machine_ticks); orders=$(accepted_total)
       idle=$(ticks_percent "$machine_before" "$machine_after" 2)
       steal=$(ticks_percent "$machine_before" "$machine_after" 3)
       write_wait=$(write_ms "$writes_before" "$(disk_writes)")
+      worst_wait=$(worst_write_ms)
       disk=$(awk -v a="$(disk_kib)" -v b="$disk_before" -v n="$orders" 'BEGIN {printf "%.1f", (a - b) / (n > 0 ? n : 1)}')
       # The share of the drive (and its settling) some writer held the gate.
       gate_busy=$(awk -v a="$(gate_held_us)" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
-      restarts=$(( $(wal_restarts) - restarts_before ))
-      if [[ "$url" == postgres* ]]; then gate_busy=null; restarts=null; fi
+      restarts=$(( $(wal_restarts) - restarts_before )); slow=$(( $(slow_commits) - slow_before ))
+      if [[ "$url" == postgres* ]]; then gate_busy=null; restarts=null; slow=null; fi
       money=$(money_held "$url")
       [ "$money" = true ] || money_broken=1
       cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
       pg_cpu=null
       if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
-      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"machine_disk_write_ms\":$write_wait,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"wal_restarts\":$restarts,\"money_invariants_held\":$money}"
+      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"machine_disk_write_ms\":$write_wait,\"machine_disk_worst_write_ms\":$worst_wait,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"wal_restarts\":$restarts,\"commits_over_100ms\":$slow,\"money_invariants_held\":$money}"
       if [ "$partners" = 1 ]; then
         machine_before=$(machine_ticks)
         result=$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)

@@ -16,6 +16,9 @@ pub(crate) const DB_GATHERED_ROUNDS: &str = "esim_db_gathered_rounds_total";
 pub(crate) const DB_INLINE_WRITES: &str = "esim_db_inline_writes_total";
 /// Writes carried per inline SQLite transaction (one commit for them all).
 pub(crate) const DB_INLINE_COMMIT_WRITES: &str = "esim_db_inline_commit_writes";
+/// How long an inline SQLite transaction's `COMMIT` took (its WAL frames
+/// written and synced, with the write gate held).
+pub(crate) const DB_INLINE_COMMIT_SECONDS: &str = "esim_db_inline_commit_seconds";
 /// Pages in the SQLite file's WAL after the order path's last commit.
 pub(crate) const DB_WAL_PAGES: &str = "esim_db_wal_pages";
 /// Times the SQLite file's WAL started over after a checkpoint.
@@ -66,6 +69,11 @@ pub(super) fn describe_database() {
         "Microseconds the SQLite file's write gate was held, summed over its turns: a rate near 1,000,000 per second means the one writer at a time bounds the writes."
     );
     describe_histogram!(
+        DB_INLINE_COMMIT_SECONDS,
+        metrics::Unit::Seconds,
+        "How long an inline SQLite transaction's COMMIT took: its WAL frames written and synced to disk, with the write gate held, so every writer of the order path waits behind a slow one."
+    );
+    describe_histogram!(
         DB_INLINE_COMMIT_WRITES,
         "Writes carried per inline SQLite transaction: the order-path writers' writes queued together share one commit and one fsync."
     );
@@ -76,9 +84,11 @@ pub(crate) fn inline_write(writer: &'static str, outcome: &'static str) {
     counter!(DB_INLINE_WRITES, "writer" => writer, "outcome" => outcome).increment(1);
 }
 
-/// One inline transaction committed with `writes` writes (one fsync for all).
-pub(crate) fn inline_commit(writes: usize) {
+/// One inline transaction committed with `writes` writes (one fsync for
+/// all), its `COMMIT` having taken `took`.
+pub(crate) fn inline_commit(writes: usize, took: std::time::Duration) {
     histogram!(DB_INLINE_COMMIT_WRITES).record(writes as f64);
+    histogram!(DB_INLINE_COMMIT_SECONDS).record(took.as_secs_f64());
 }
 
 /// The SQLite file's WAL after an inline commit: its pages, and whether it

@@ -134,6 +134,11 @@ const SUPPLIER_BUCKETS: &[f64] = &[
 ];
 /// Sizes of a group commit, in powers of two up to an actor's batch limit.
 const COMMIT_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+/// Commit buckets (seconds): a commit's sync takes about a millisecond on
+/// a local disk; a virtual disk sometimes takes hundreds.
+const COMMIT_SECONDS_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
 /// How often recorded histogram samples are folded into their buckets when
 /// nobody scrapes (the exporter keeps raw samples until then).
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -181,13 +186,14 @@ pub(crate) fn install() -> &'static PrometheusHandle {
 }
 
 fn with_buckets() -> Result<PrometheusBuilder, BuildError> {
-    let buckets: [(&str, &[f64]); 6] = [
+    let buckets: [(&str, &[f64]); 7] = [
         (HTTP_REQUEST_DURATION, HTTP_BUCKETS),
         (PROVISIONING_DURATION, PROVISIONING_BUCKETS),
         (SUPPLIER_CALL_DURATION, SUPPLIER_BUCKETS),
         (ORDER_COMMIT_BATCHES, COMMIT_SIZE_BUCKETS),
         (ORDER_COMMIT_ORDERS, COMMIT_SIZE_BUCKETS),
         (DB_INLINE_COMMIT_WRITES, COMMIT_SIZE_BUCKETS),
+        (DB_INLINE_COMMIT_SECONDS, COMMIT_SECONDS_BUCKETS),
     ];
     buckets
         .into_iter()

@@ -62,7 +62,7 @@ use std::{
         Arc, LazyLock, Mutex, Weak,
         atomic::{AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use rusqlite::{Connection, OpenFlags, types::Value as Cell};
@@ -95,8 +95,10 @@ pub struct InlineWriter {
 pub struct Counts {
     /// A write's outcome: (writer, `committed` | `refused` | `fell_back`).
     pub outcome: fn(&'static str, &'static str),
-    /// A transaction committed, with the number of writes it carried.
-    pub commit: fn(usize),
+    /// A transaction committed, with the number of writes it carried and
+    /// how long its `COMMIT` took (the WAL's frames written and synced,
+    /// with the write gate held).
+    pub commit: fn(usize, Duration),
     /// The file's WAL after a commit: its pages, and whether it started
     /// over since the commit before (the first writer of a file sets it).
     pub wal: fn(i64, bool),
@@ -106,7 +108,7 @@ impl Counts {
     /// Counts nothing.
     pub const NONE: Counts = Counts {
         outcome: |_, _| {},
-        commit: |_| {},
+        commit: |_, _| {},
         wal: |_, _| {},
     };
 }
@@ -238,7 +240,7 @@ impl InlineFile {
     async fn write<T, E>(
         &self,
         work: impl FnOnce(&Connection) -> Result<T, InlineFailed<E>> + Send + 'static,
-        commits: fn(usize),
+        commits: fn(usize, Duration),
     ) -> Result<T, InlineFailed<E>>
     where
         T: Send + 'static,
@@ -272,7 +274,7 @@ impl InlineFile {
     }
 
     /// Runs every queued write in one transaction (the caller holds the turn).
-    fn run_queued(&self, commits: fn(usize)) {
+    fn run_queued(&self, commits: fn(usize, Duration)) {
         let jobs: Vec<Job> = std::mem::take(&mut *lock(&self.queued))
             .into_iter()
             .map(|(_, job)| job)
@@ -344,7 +346,7 @@ fn received<T, E>(
 /// transaction are answered `Unavailable` and their callers write through
 /// the pool, as they do when a commit fails; the writes after it run in a
 /// new transaction. The number of writes committed is counted per commit.
-fn run_together(connection: &Connection, jobs: Vec<Job>, commits: fn(usize)) {
+fn run_together(connection: &Connection, jobs: Vec<Job>, commits: fn(usize, Duration)) {
     let mut jobs = jobs.into_iter().peekable();
     while jobs.peek().is_some() {
         if let Err(err) = begin(connection) {
@@ -401,15 +403,17 @@ fn run_while_kept(connection: &Connection, jobs: &mut impl Iterator<Item = Job>)
 }
 
 /// Commits the open transaction and answers the writes it kept.
-fn commit(connection: &Connection, kept: Vec<Settle>, commits: fn(usize)) {
+fn commit(connection: &Connection, kept: Vec<Settle>, commits: fn(usize, Duration)) {
+    let began = Instant::now();
     let committed = connection.execute_batch("COMMIT").map_err(db_err);
+    let took = began.elapsed();
     if committed.is_err() {
         let _ = connection.execute_batch("ROLLBACK");
     }
     let writes = kept.len();
     settle_all(kept, committed.as_ref().map(|_| ()));
     if committed.is_ok() && writes > 0 {
-        commits(writes);
+        commits(writes, took);
     }
 }
 
@@ -1453,7 +1457,7 @@ mod tests {
     async fn writes_queued_together_share_one_commit() {
         let (_dir, db, partner_id) = funded_partner("inline-together.db").await;
         let counts = Counts {
-            commit: |writes| COMMITTED_TOGETHER.lock().unwrap().push(writes),
+            commit: |writes, _| COMMITTED_TOGETHER.lock().unwrap().push(writes),
             ..Counts::NONE
         };
         let writes = [
@@ -1486,7 +1490,7 @@ mod tests {
     async fn a_refused_write_rolls_back_the_writes_before_it_and_not_those_after() {
         let (_dir, db, partner_id) = funded_partner("inline-refused-together.db").await;
         let counts = Counts {
-            commit: |writes| COMMITTED_AFTER_REFUSAL.lock().unwrap().push(writes),
+            commit: |writes, _| COMMITTED_AFTER_REFUSAL.lock().unwrap().push(writes),
             ..Counts::NONE
         };
         let writes = [

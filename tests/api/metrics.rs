@@ -530,6 +530,7 @@ async fn an_order_s_writes_to_a_sqlite_file_are_committed_inline() {
 
     let after = scrape(&app).await;
     let commits = |text: &str| sample(text, "esim_db_inline_commit_writes_count", &[]);
+    let commit_times = |text: &str| sample(text, "esim_db_inline_commit_seconds_count", &[]);
     if app.database_url.starts_with("sqlite:") {
         for writer in ["orders", "deliveries"] {
             assert!(
@@ -544,6 +545,17 @@ async fn an_order_s_writes_to_a_sqlite_file_are_committed_inline() {
             "{after}"
         );
         assert!(commits(&after) > commits(&before), "{after}");
+        // Each commit is timed too, in the commit buckets (a histogram, not
+        // a summary).
+        assert!(commit_times(&after) > commit_times(&before), "{after}");
+        assert!(
+            has(
+                &after,
+                "esim_db_inline_commit_seconds_bucket",
+                &[("le", "0.0005")]
+            ),
+            "{after}"
+        );
         assert!(sample(&after, "esim_db_wal_pages", &[]) > 0.0, "{after}");
         // Set from the scraped application's gate; the test applications of
         // this process share the series, so only its presence is this one's.
@@ -561,5 +573,9 @@ async fn an_order_s_writes_to_a_sqlite_file_are_committed_inline() {
             "{after}"
         );
         assert_eq!(commits(&after), 0.0, "{after}");
+        assert!(
+            !has(&after, "esim_db_inline_commit_seconds_count", &[]),
+            "{after}"
+        );
     }
 }
