@@ -60,7 +60,7 @@ server=""
 sims=""
 stop_server() { [ -n "$server" ] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null; server=""; }
 disk_watch=""
-stop_all() { [ -n "$disk_watch" ] && kill "$disk_watch" 2>/dev/null; stop_server; [ -n "$sims" ] && kill -TERM "$sims" 2>/dev/null && wait "$sims" 2>/dev/null; sims=""; }
+stop_all() { stop_disk_watch; stop_server; [ -n "$sims" ] && kill -TERM "$sims" 2>/dev/null && wait "$sims" 2>/dev/null; sims=""; }
 trap stop_all EXIT
 # The stand-ins in a process of their own, supplier latency 0 and no rate
 # limit: the server's CPU figures are then its own.
@@ -182,12 +182,14 @@ start_disk_watch() {
   (while :; do disk_writes; sleep 0.1; done >> "$work/disk-samples") &
   disk_watch=$!
 }
-# Stops the watch; prints the highest average ms a write took over any 100
-# ms it read (null without the disk).
-worst_write_ms() {
-  kill "$disk_watch" 2>/dev/null || true
-  wait "$disk_watch" 2>/dev/null || true
+# Stops the watch (the parent shell must: it is its child).
+stop_disk_watch() {
+  if [ -n "$disk_watch" ]; then kill "$disk_watch" 2>/dev/null || true; wait "$disk_watch" 2>/dev/null || true; fi
   disk_watch=""
+}
+# The highest average ms a write took over any 100 ms the watch read (null
+# without the disk).
+worst_write_ms() {
   awk 'NR > 1 && $1 > w {v = ($2 - m) / ($1 - w); if (v > worst) worst = v} {w = $1; m = $2} END {if (NR > 1) printf "%.1f", worst; else print "null"}' "$work/disk-samples"
 }
 # Microseconds the SQLite file's write gate has been held so far (0 on
@@ -247,7 +249,7 @@ orders_side_by_side() {
       idle=$(ticks_percent "$machine_before" "$machine_after" 2)
       steal=$(ticks_percent "$machine_before" "$machine_after" 3)
       write_wait=$(write_ms "$writes_before" "$(disk_writes)")
-      worst_wait=$(worst_write_ms)
+      stop_disk_watch; worst_wait=$(worst_write_ms)
       disk=$(awk -v a="$(disk_kib)" -v b="$disk_before" -v n="$orders" 'BEGIN {printf "%.1f", (a - b) / (n > 0 ? n : 1)}')
       # The share of the drive (and its settling) some writer held the gate.
       gate_busy=$(awk -v a="$(gate_held_us)" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
