@@ -345,7 +345,8 @@ fn received<T, E>(
 /// transaction is rolled back: the writes kept before it in this
 /// transaction are answered `Unavailable` and their callers write through
 /// the pool, as they do when a commit fails; the writes after it run in a
-/// new transaction. The number of writes committed is counted per commit.
+/// new transaction. The number of writes committed is counted per commit,
+/// with the time its `COMMIT` took.
 fn run_together(connection: &Connection, jobs: Vec<Job>, commits: fn(usize, Duration)) {
     let mut jobs = jobs.into_iter().peekable();
     while jobs.peek().is_some() {
