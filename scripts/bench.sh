@@ -192,21 +192,27 @@ stop_disk_watch() {
 worst_write_ms() {
   awk 'NR > 1 && $1 > w {v = ($2 - m) / ($1 - w); if (v > worst) worst = v} {w = $1; m = $2} END {if (NR > 1) printf "%.1f", worst; else print "null"}' "$work/disk-samples"
 }
-# Microseconds the SQLite file's write gate has been held so far (0 on
-# PostgreSQL, which has none).
-gate_held_us() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_db_write_gate_held_microseconds_total/ {s+=$2} END {printf "%d", s}'; }
-accepted_total() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_orders_accepted_total/ {s+=$2} END {print s+0}'; }
+# The server's /metrics, read once.
+scrape() { curl -sf http://127.0.0.1:18581/metrics; }
+# The sum of a series' samples over its label sets in a scrape (0 when
+# absent): series_sum <scrape> <name, or name{labels} for one sample>.
+series_sum() { awk -v n="$2" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%.0f", s}' <<< "$1"; }
+accepted_total() { series_sum "$(scrape)" esim_orders_accepted_total; }
+settled_total() { series_sum "$(scrape)" esim_orders_settled_total; }
 # Orders per shared commit over the server's life (one fsync each on SQLite).
 orders_per_commit() {
-  curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_order_commit_orders_sum/ {o+=$2} /^esim_order_commits_total/ {c+=$2} END {printf "%.1f", (c > 0 ? o / c : 0)}'
+  local m; m=$(scrape)
+  awk -v o="$(series_sum "$m" esim_order_commit_orders_sum)" -v c="$(series_sum "$m" esim_order_commits_total)" 'BEGIN {printf "%.1f", (c > 0 ? o / c : 0)}'
 }
-# Times the SQLite file's WAL has started over after a checkpoint (0 on
-# PostgreSQL).
-wal_restarts() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_db_wal_restarts_total/ {s+=$2} END {print s+0}'; }
-# Inline SQLite commits so far that took longer than 100 ms (from the
-# esim_db_inline_commit_seconds histogram; 0 on PostgreSQL).
-slow_commits() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_db_inline_commit_seconds_count/ {c+=$2} /^esim_db_inline_commit_seconds_bucket\{le="0.1"\}/ {b+=$2} END {print c-b}'; }
-settled_total() { curl -sf http://127.0.0.1:18581/metrics | awk '/^esim_orders_settled_total/ {s+=$2} END {print s+0}'; }
+# From a scrape, SQLite's counts so far (all 0 on PostgreSQL): microseconds
+# the write gate was held, times the WAL started over after a checkpoint,
+# and inline commits that took longer than 100 ms (the
+# esim_db_inline_commit_seconds histogram's count above its 0.1 s bucket).
+sqlite_counts() {
+  echo "$(series_sum "$1" esim_db_write_gate_held_microseconds_total)" \
+    "$(series_sum "$1" esim_db_wal_restarts_total)" \
+    "$(( $(series_sum "$1" esim_db_inline_commit_seconds_count) - $(series_sum "$1" 'esim_db_inline_commit_seconds_bucket{le="0.1"}') ))"
+}
 wait_settled() { # waits (up to $1 s, 120) until every accepted order settled; prints the seconds waited
   local began=$SECONDS
   for _ in $(seq 1 $(( ${1:-120} * 5 ))); do [ "$(settled_total)" = "$(accepted_total)" ] && break; sleep 0.2; done
@@ -238,11 +244,11 @@ orders_side_by_side() {
       start_default_server "$url"
       local keys before after pg_before pg_after pg_cpu orders cpu settle result
       local machine_before machine_after disk_before idle steal disk gate_before clock_before gate_busy money
-      local writes_before write_wait worst_wait restarts_before restarts slow_before slow
+      local writes_before write_wait worst_wait restarts_before restarts slow_before slow gate_after
       keys=$(keys_file "$partners")
       before=$(cpu_ticks); pg_before=$(pg_ticks); machine_before=$(machine_ticks); disk_before=$(disk_kib)
       writes_before=$(disk_writes); start_disk_watch
-      gate_before=$(gate_held_us); clock_before=$(date +%s%N); restarts_before=$(wal_restarts); slow_before=$(slow_commits)
+      read -r gate_before restarts_before slow_before <<< "$(sqlite_counts "$(scrape)")"; clock_before=$(date +%s%N)
       result=$(KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
       settle=$(wait_settled)
       after=$(cpu_ticks); pg_after=$(pg_ticks); machine_after=$(machine_ticks); orders=$(accepted_total)
@@ -252,8 +258,9 @@ orders_side_by_side() {
       stop_disk_watch; worst_wait=$(worst_write_ms)
       disk=$(awk -v a="$(disk_kib)" -v b="$disk_before" -v n="$orders" 'BEGIN {printf "%.1f", (a - b) / (n > 0 ? n : 1)}')
       # The share of the drive (and its settling) some writer held the gate.
-      gate_busy=$(awk -v a="$(gate_held_us)" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
-      restarts=$(( $(wal_restarts) - restarts_before )); slow=$(( $(slow_commits) - slow_before ))
+      read -r gate_after restarts slow <<< "$(sqlite_counts "$(scrape)")"
+      gate_busy=$(awk -v a="$gate_after" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
+      restarts=$(( restarts - restarts_before )); slow=$(( slow - slow_before ))
       if [[ "$url" == postgres* ]]; then gate_busy=null; restarts=null; slow=null; fi
       money=$(money_held "$url")
       [ "$money" = true ] || money_broken=1
