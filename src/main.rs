@@ -106,13 +106,13 @@ async fn run(command: Command) -> anyhow::Result<u8> {
         Command::Serve { profile } => serve(profile.as_deref()).await,
         Command::Simulate { callbacks_to } => {
             let settings = Settings::load(&Sources::from_process())?;
-            telemetry::init(&settings.log);
+            let _log = telemetry::init(&settings.log);
             esim_reseller::app::simulate(settings, &callbacks_to).await?;
             Ok(0)
         }
         Command::Migrate => {
             let settings = Settings::load(&Sources::from_process())?;
-            telemetry::init(&settings.log);
+            let _log = telemetry::init(&settings.log);
             let db = store::connect(&settings.database).await?;
             store::migrate(&db).await?;
             tracing::info!("migrations applied");
@@ -176,7 +176,7 @@ async fn serve(profile: Option<&str>) -> anyhow::Result<u8> {
         Some(name) => config::apply_profile(&mut settings, name)?,
         None => Vec::new(),
     };
-    telemetry::init(&settings.log);
+    let _log = telemetry::init(&settings.log);
     if let Some(name) = profile {
         tracing::warn!(
             profile = name,

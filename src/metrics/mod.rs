@@ -74,6 +74,9 @@ pub(crate) const ACTOR_MAILBOX_MESSAGES: &str = "esim_actor_mailbox_messages";
 pub(crate) const ACTOR_MAILBOX_MAX: &str = "esim_actor_mailbox_max_messages";
 /// Actors restarted by their supervisor after a failure: `kind`.
 pub(crate) const ACTOR_RESTARTS: &str = "esim_actor_restarts_total";
+/// Log lines dropped because the log writer's queue was full (the output
+/// stalled): read from the writer when scraped.
+pub(crate) const LOG_LINES_DROPPED: &str = "esim_log_lines_dropped_total";
 /// Transactions that committed accepted orders: `path` (`shared`: many
 /// partners' batches in set-based statements; `savepoints`: the same batches
 /// one savepoint each, after a key lost a race; `alone`: one batch, without
@@ -305,6 +308,10 @@ fn describe_internals() {
     describe_counter!(
         ACTOR_RESTARTS,
         "Actors restarted by their supervisor after a failure, by kind."
+    );
+    describe_counter!(
+        LOG_LINES_DROPPED,
+        "Log lines dropped because the log output fell behind and the writer's queue was full."
     );
     describe_counter!(
         ORDER_COMMITS,

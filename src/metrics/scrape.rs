@@ -11,7 +11,7 @@ use metrics::{counter, gauge};
 use super::{
     ACTOR_MAILBOX_MAX, ACTOR_MAILBOX_MESSAGES, ACTORS_LIVE, CONTENT_TYPE, DB_GATHERED_READS,
     DB_GATHERED_ROUNDS, DB_INLINE_READS, DB_POOL_CONNECTIONS, DB_POOL_MAX, DB_WRITE_GATE_HELD,
-    DB_WRITE_GATE_TURNS, install,
+    DB_WRITE_GATE_TURNS, LOG_LINES_DROPPED, install,
 };
 use crate::store::{GateUse, PoolUse, gathered::GatheredCounts, inline::InlineReadCounts};
 
@@ -49,6 +49,7 @@ pub(crate) fn render(gauges: ScrapeGauges) -> Response {
         gauge!(DB_POOL_CONNECTIONS, "state" => "in_use").set(pool.in_use() as f64);
         gauge!(DB_POOL_MAX).set(f64::from(pool.max));
     }
+    counter!(LOG_LINES_DROPPED).absolute(crate::telemetry::dropped_lines());
     counter!(DB_GATHERED_READS).absolute(gauges.gathered_reads.reads);
     counter!(DB_GATHERED_ROUNDS).absolute(gauges.gathered_reads.rounds);
     if let Some(reads) = gauges.inline_reads {

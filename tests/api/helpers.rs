@@ -1,6 +1,6 @@
 //! `spawn_app()` and typed helpers for the partner and operator APIs.
 
-use std::{sync::Once, time::Duration};
+use std::{sync::OnceLock, time::Duration};
 
 use esim_reseller::{
     app::Application,
@@ -65,7 +65,8 @@ pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
 /// Starts another node of the service on an existing database (the first
 /// node owns the database and cleans it up).
 pub async fn spawn_node(database_url: &str, overrides: &[(&str, &str)]) -> TestApp {
-    static LOGS: Once = Once::new();
+    // Kept for the whole test process: its writer thread writes the lines.
+    static LOGS: OnceLock<telemetry::LogGuard> = OnceLock::new();
     esim_reseller::install_tls_provider();
     let mut all: Vec<(String, String)> = vec![
         ("http.public_addr".into(), "127.0.0.1:0".into()),
@@ -90,7 +91,7 @@ pub async fn spawn_node(database_url: &str, overrides: &[(&str, &str)]) -> TestA
     })
     .expect("test configuration loads");
     if std::env::var_os("TEST_LOG").is_some() {
-        LOGS.call_once(|| telemetry::init(&settings.log));
+        LOGS.get_or_init(|| telemetry::init(&settings.log));
     }
 
     let app = Application::build(settings).await.expect("app builds");

@@ -113,6 +113,17 @@ async fn metrics_are_prometheus_text_on_the_operator_listener_without_a_token() 
         "{text}"
     );
     assert!(text.contains("# TYPE esim_actors_live gauge"), "{text}");
+    // Read from the log writer when scraped: nothing dropped while the
+    // output keeps up (none at all when the tests log nowhere).
+    assert_eq!(
+        sample(&text, "esim_log_lines_dropped_total", &[]),
+        0.0,
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE esim_log_lines_dropped_total counter"),
+        "{text}"
+    );
 
     let public = app
         .client
