@@ -2,12 +2,12 @@
 //! and shippers. `RUST_LOG`, when set, wins over `log.level`.
 //!
 //! Lines are written by a thread of their own: the request that logs a line
-//! (every request does, at `info`) only queues it. Written in place, each
-//! line was a `write` on the async worker that answered the request, and a
+//! (every request does, at `info`) only queues it. A line written in place
+//! would be a `write` on the async worker that answers the request, and a
 //! reader of the output that fell behind (a full pipe, a stalled log
-//! shipper) would have held every worker, and so every request, until it
-//! caught up. The queue holds [`QUEUED_LINES`]; past that, lines are
-//! dropped rather than the order path held, and counted
+//! shipper) would hold every worker, and so every request, until it caught
+//! up. The queue holds [`QUEUED_LINES`]; past that, lines are dropped
+//! rather than the order path held, and counted
 //! (`esim_log_lines_dropped_total`). Colours only on a terminal.
 
 use std::{
@@ -118,8 +118,11 @@ mod tests {
     /// An output that takes nothing until `open` says so, then keeps
     /// what it is given: a pipe whose reader stalled, then caught up.
     struct Stalled {
+        /// Says the reader caught up.
         open: Receiver<()>,
+        /// Whether it has.
         opened: bool,
+        /// What the reader got.
         written: Arc<Mutex<Vec<u8>>>,
     }
 
