@@ -202,10 +202,10 @@ scrape() { curl -sf http://127.0.0.1:18581/metrics; }
 series_sum() { awk -v n="$2" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%.0f", s}' <<< "$1"; }
 accepted_total() { series_sum "$(scrape)" esim_orders_accepted_total; }
 settled_total() { series_sum "$(scrape)" esim_orders_settled_total; }
-# Orders per shared commit over the server's life (one fsync each on SQLite).
+# Orders per shared commit over the server's life (one fsync each on
+# SQLite), from a scrape.
 orders_per_commit() {
-  local m; m=$(scrape)
-  awk -v o="$(series_sum "$m" esim_order_commit_orders_sum)" -v c="$(series_sum "$m" esim_order_commits_total)" 'BEGIN {printf "%.1f", (c > 0 ? o / c : 0)}'
+  awk -v o="$(series_sum "$1" esim_order_commit_orders_sum)" -v c="$(series_sum "$1" esim_order_commits_total)" 'BEGIN {printf "%.1f", (c > 0 ? o / c : 0)}'
 }
 # From a scrape, SQLite's counts so far (all 0 on PostgreSQL): microseconds
 # the write gate was held, times the WAL started over after a checkpoint,
@@ -248,21 +248,25 @@ orders_side_by_side() {
       local keys before after pg_before pg_after pg_cpu orders cpu settle result
       local machine_before machine_after disk_before idle steal disk gate_before clock_before gate_busy money
       local writes_before write_wait worst_wait restarts_before restarts slow_before slow gate_after
+      local scraped clock_after settled
       keys=$(keys_file "$partners")
       before=$(cpu_ticks); pg_before=$(pg_ticks); machine_before=$(machine_ticks); disk_before=$(disk_kib)
       writes_before=$(disk_writes); start_disk_watch
       read -r gate_before restarts_before slow_before <<< "$(sqlite_counts "$(scrape)")"; clock_before=$(date +%s%N)
       result=$(KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1)
       settle=$(wait_settled)
-      after=$(cpu_ticks); pg_after=$(pg_ticks); machine_after=$(machine_ticks); orders=$(accepted_total)
+      after=$(cpu_ticks); pg_after=$(pg_ticks); machine_after=$(machine_ticks)
+      # Every count the line takes from the server, read once after the settling.
+      scraped=$(scrape); clock_after=$(date +%s%N)
+      orders=$(series_sum "$scraped" esim_orders_accepted_total); settled=$(series_sum "$scraped" esim_orders_settled_total)
+      read -r gate_after restarts slow <<< "$(sqlite_counts "$scraped")"
       idle=$(ticks_percent "$machine_before" "$machine_after" 2)
       steal=$(ticks_percent "$machine_before" "$machine_after" 3)
       write_wait=$(write_ms "$writes_before" "$(disk_writes)")
       stop_disk_watch; worst_wait=$(worst_write_ms)
       disk=$(awk -v a="$(disk_kib)" -v b="$disk_before" -v n="$orders" 'BEGIN {printf "%.1f", (a - b) / (n > 0 ? n : 1)}')
       # The share of the drive (and its settling) some writer held the gate.
-      read -r gate_after restarts slow <<< "$(sqlite_counts "$(scrape)")"
-      gate_busy=$(awk -v a="$gate_after" -v b="$gate_before" -v t="$(( ($(date +%s%N) - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
+      gate_busy=$(awk -v a="$gate_after" -v b="$gate_before" -v t="$(( (clock_after - clock_before) / 1000 ))" 'BEGIN {printf "%.1f", (a - b) * 100 / (t > 0 ? t : 1)}')
       restarts=$(( restarts - restarts_before )); slow=$(( slow - slow_before ))
       if [[ "$url" == postgres* ]]; then gate_busy=null; restarts=null; slow=null; fi
       money=$(money_held "$url")
@@ -270,7 +274,7 @@ orders_side_by_side() {
       cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
       pg_cpu=null
       if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
-      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"log_level\":\"$LOG_LEVEL\",\"result\":$result,\"accepted\":$orders,\"settled\":$(settled_total),\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"machine_disk_write_ms\":$write_wait,\"machine_disk_worst_write_ms\":$worst_wait,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"wal_restarts\":$restarts,\"commits_over_100ms\":$slow,\"money_invariants_held\":$money}"
+      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"log_level\":\"$LOG_LEVEL\",\"result\":$result,\"accepted\":$orders,\"settled\":$settled,\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit "$scraped"),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"machine_disk_write_ms\":$write_wait,\"machine_disk_worst_write_ms\":$worst_wait,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"wal_restarts\":$restarts,\"commits_over_100ms\":$slow,\"money_invariants_held\":$money}"
       if [ "$partners" = 1 ]; then
         machine_before=$(machine_ticks)
         result=$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)
