@@ -1,0 +1,206 @@
+//! The service's log formats against tracing-subscriber's own: the same
+//! spans and events, every kind of field and the awkward ones, must come out
+//! the same, byte for byte but for the time they were written.
+
+use std::{
+    io,
+    sync::{Arc, Mutex},
+};
+
+use chrono::DateTime;
+use tracing::Subscriber;
+use tracing_subscriber::{filter::LevelFilter, fmt, fmt::MakeWriter, prelude::*};
+
+use super::{
+    json::{JsonLine, JsonSpanFields},
+    plain::{PlainFields, PlainLine},
+};
+
+/// An output that keeps what it is given.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl MakeWriter<'_> for Captured {
+    type Writer = Captured;
+
+    fn make_writer(&self) -> Captured {
+        self.clone()
+    }
+}
+
+/// An error with a source, as the formats list them.
+#[derive(Debug)]
+struct Refused(io::Error);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("supplier refused \u{1b}[1m")
+    }
+}
+
+impl std::error::Error for Refused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// Every kind of field and span the service logs, and the awkward ones.
+fn log_everything() {
+    let request = tracing::info_span!(
+        "request",
+        request_id = %"r_0a1b2c",
+        method = %"GET",
+        route = %"/partner/v1/balance",
+        operator = tracing::field::Empty,
+        operator_id = tracing::field::Empty,
+    );
+    let entered = request.enter();
+    tracing::info!(status = 200u16, latency_ms = 0.125, "request finished");
+    request.record("operator_id", "op_1");
+    request.record("operator", tracing::field::display("Fay \"Costa\""));
+    let inner = tracing::warn_span!(
+        "operator",
+        role = "admin",
+        r#type = 3,
+        bytes = &b"\x01\xff"[..],
+        nan = f64::NAN,
+        z = 1.5,
+        a = -2i64,
+        flag = false,
+        log.skipped = 1,
+    );
+    inner.in_scope(|| {
+        tracing::warn!(
+            reason = ?Some("x"), count = 3u64, delta = -4i64, ok = true,
+            tiny = 1e-7, huge = 1e17, whole = 2.0, inf = f64::INFINITY, "operator refused: role"
+        );
+        let error = Refused(io::Error::other("busy \u{7}"));
+        tracing::error!(error = &error as &dyn std::error::Error, "with a source");
+        tracing::debug!(message = "explicit \u{1b}[31m message", r#type = "kind");
+        tracing::trace!("escapes \u{1b}[2J \u{9b} \u{7}\u{8}\u{c}\u{7f} done é \u{0} \u{1f}");
+        tracing::info!(name = "quoted \"value\"\n\u{1b}\\ \t\r", partner_id = %"p_1");
+        tracing::info!(log.target = "skipped", after = 1, "a log crate field");
+        tracing::info!(only = 1);
+        tracing::info!(parent: None, "no parent, inside the same spans");
+    });
+    drop(entered);
+    let bare = tracing::info_span!("bare");
+    bare.in_scope(|| tracing::info!("inside a span without fields"));
+    tracing::info!(parent: &request, "a parent named, no span entered");
+    tracing::info!("outside any span");
+    tracing::info!(message = %"a message given as a field", status = 500u16);
+    tracing_log::format_trace(
+        &log::Record::builder()
+            .args(format_args!("from a crate that logs with log"))
+            .level(log::Level::Warn)
+            .target("a_dependency::pool")
+            .module_path_static(Some("a_dependency::pool"))
+            .line(Some(7))
+            .build(),
+    )
+    .unwrap();
+}
+
+/// The lines a subscriber wrote for [`log_everything`].
+fn lines_of(subscriber: impl Subscriber + Send + Sync, out: &Captured) -> Vec<String> {
+    tracing::subscriber::with_default(subscriber, log_everything);
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    text.lines().map(str::to_owned).collect()
+}
+
+/// Both formats' lines, the time cut off each (`time_at` is where it
+/// starts); the time itself must parse as RFC 3339.
+fn compared(stock: Vec<String>, ours: Vec<String>, time_at: usize) -> Vec<(String, String)> {
+    assert_eq!(stock.len(), 14, "{stock:#?}");
+    assert_eq!(ours.len(), stock.len(), "{ours:#?}");
+    let cut = |line: &String| {
+        let time = &line[time_at..time_at + 27];
+        assert!(DateTime::parse_from_rfc3339(time).is_ok(), "{line}");
+        format!("{}{}", &line[..time_at], &line[time_at + 27..])
+    };
+    stock.iter().map(cut).zip(ours.iter().map(cut)).collect()
+}
+
+#[test]
+fn pretty_lines_without_colours_match_the_stock_format_byte_for_byte() {
+    let stock_out = Captured::default();
+    let stock = tracing_subscriber::registry()
+        .with(LevelFilter::TRACE)
+        .with(
+            fmt::layer()
+                .with_target(false)
+                .with_ansi(false)
+                .with_writer(stock_out.clone()),
+        );
+    let plain_out = Captured::default();
+    let plain = tracing_subscriber::registry()
+        .with(LevelFilter::TRACE)
+        .with(
+            fmt::layer()
+                .event_format(PlainLine)
+                .fmt_fields(PlainFields)
+                .with_ansi(false)
+                .with_writer(plain_out.clone()),
+        );
+    let lines = compared(lines_of(stock, &stock_out), lines_of(plain, &plain_out), 0);
+    for (stock, plain) in &lines {
+        assert_eq!(plain, stock);
+    }
+    assert_eq!(
+        lines[0].1,
+        "  INFO request{request_id=r_0a1b2c method=GET route=/partner/v1/balance}: \
+         request finished status=200 latency_ms=0.125"
+    );
+}
+
+#[test]
+fn json_lines_match_the_stock_format_byte_for_byte() {
+    let stock_out = Captured::default();
+    let stock = tracing_subscriber::registry()
+        .with(LevelFilter::TRACE)
+        .with(
+            fmt::layer()
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_span_list(true)
+                .with_writer(stock_out.clone()),
+        );
+    let json_out = Captured::default();
+    let json = tracing_subscriber::registry()
+        .with(LevelFilter::TRACE)
+        .with(
+            fmt::layer()
+                .fmt_fields(JsonSpanFields)
+                .event_format(JsonLine)
+                .with_writer(json_out.clone()),
+        );
+    let lines = compared(
+        lines_of(stock, &stock_out),
+        lines_of(json, &json_out),
+        "{\"timestamp\":\"".len(),
+    );
+    for (stock, json) in &lines {
+        assert_eq!(json, stock);
+        let _valid: serde_json::Value = serde_json::from_str(json).unwrap();
+    }
+    assert_eq!(
+        lines[0].1,
+        "{\"timestamp\":\"\",\"level\":\"INFO\",\"message\":\"request finished\",\
+         \"status\":200,\"latency_ms\":0.125,\"target\":\"esim_reseller::telemetry::same_lines\",\
+         \"span\":{\"method\":\"GET\",\"request_id\":\"r_0a1b2c\",\"route\":\"/partner/v1/balance\",\
+         \"name\":\"request\"},\"spans\":[{\"method\":\"GET\",\"request_id\":\"r_0a1b2c\",\
+         \"route\":\"/partner/v1/balance\",\"name\":\"request\"}]}"
+    );
+}
