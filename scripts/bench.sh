@@ -41,7 +41,8 @@
 # takes the keys in turn, which flatters many partners: see load-testing.md).
 # QUANTITY=5 orders five units an order in `orders` (1 unless set).
 # LOG_LEVEL is the server's log level (warn unless set; the service's
-# default, info, logs a line per request: LOG_LEVEL=info measures that too).
+# default, info, logs a line per request: LOG_LEVEL=info measures that too);
+# LOG_FORMAT its log.format (pretty unless set; json for shippers).
 # PG_SOCKET=/var/run/postgresql has the service reach PostgreSQL through its
 # Unix socket in that folder (PG_URL's port names the socket), not over TCP.
 # PG_DATABASE_OPTIONS is appended to each drive's CREATE DATABASE, for a
@@ -55,6 +56,7 @@ CONCURRENCY="${CONCURRENCY:-64}"
 export PARTNER_ORDER="${PARTNER_ORDER:-random}"
 export QUANTITY="${QUANTITY:-1}"
 LOG_LEVEL="${LOG_LEVEL:-warn}"
+LOG_FORMAT="${LOG_FORMAT:-pretty}"
 PG_URL="${PG_URL:-postgres://postgres@127.0.0.1:5432}"
 cargo build --release -q
 bin="$CARGO_TARGET_DIR/release/esim-reseller"
@@ -85,7 +87,7 @@ start_default_server() { # start_default_server <database url>
   # PG_SOCKET (a folder, /var/run/postgresql on Debian): the server reaches
   # PostgreSQL through its Unix socket there instead of TCP on PG_URL's port.
   if [[ "$url" == postgres* && -n "${PG_SOCKET:-}" ]]; then url="$url?host=$PG_SOCKET"; fi
-  env ESIM__DATABASE__URL="$url" ESIM__LOG__LEVEL="$LOG_LEVEL" ESIM__SUPPLIER__REQUESTS_PER_SECOND=0 \
+  env ESIM__DATABASE__URL="$url" ESIM__LOG__LEVEL="$LOG_LEVEL" ESIM__LOG__FORMAT="$LOG_FORMAT" ESIM__SUPPLIER__REQUESTS_PER_SECOND=0 \
     ESIM__SUPPLIER__BASE_URL=http://127.0.0.1:18590 ESIM__AIRALO__BASE_URL=http://127.0.0.1:18590/v2 \
     ESIM__PAYMENTS__BASE_URL=http://127.0.0.1:18590 ESIM__SIMULATORS__ADDR=127.0.0.1:18592 \
     ESIM__HTTP__PUBLIC_ADDR=127.0.0.1:18580 ESIM__HTTP__OPERATOR_ADDR=127.0.0.1:18581 \
@@ -104,7 +106,7 @@ start_server() { # start_server <database url> <commit mode> [VAR=value ...]
   # caller sets it: these runs measure this service's own speed.
   # Later assignments win: the caller's come last.
   env ESIM__SIMULATORS__SUPPLIER_RATE_LIMIT=0 ESIM__SUPPLIER__REQUESTS_PER_SECOND=0 \
-    ESIM__DATABASE__URL="$url" ESIM__STORE__COMMIT_MODE="$mode" ESIM__LOG__LEVEL="$LOG_LEVEL" \
+    ESIM__DATABASE__URL="$url" ESIM__STORE__COMMIT_MODE="$mode" ESIM__LOG__LEVEL="$LOG_LEVEL" ESIM__LOG__FORMAT="$LOG_FORMAT" \
     ESIM__HTTP__PUBLIC_ADDR=127.0.0.1:18580 ESIM__HTTP__OPERATOR_ADDR=127.0.0.1:18581 ESIM__SIMULATORS__ADDR=127.0.0.1:18590 \
     ESIM__SIMULATORS__SUPPLIER_LATENCY_MS=0 ESIM__SUPPLIER__POLL_INTERVAL_MS=20 ESIM__PROVISIONING__CONCURRENCY=256 \
     ESIM__RATE_LIMIT__BANDS__GOLD__WRITE__LIMIT=$lift ESIM__RATE_LIMIT__BANDS__GOLD__READ__LIMIT=$lift \
@@ -274,12 +276,12 @@ orders_side_by_side() {
       cpu=$(( (after - before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 ))
       pg_cpu=null
       if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
-      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"log_level\":\"$LOG_LEVEL\",\"result\":$result,\"accepted\":$orders,\"settled\":$settled,\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit "$scraped"),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"machine_disk_write_ms\":$write_wait,\"machine_disk_worst_write_ms\":$worst_wait,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"wal_restarts\":$restarts,\"commits_over_100ms\":$slow,\"money_invariants_held\":$money}"
+      echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"log_level\":\"$LOG_LEVEL\",\"log_format\":\"$LOG_FORMAT\",\"result\":$result,\"accepted\":$orders,\"settled\":$settled,\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit "$scraped"),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"machine_disk_write_ms\":$write_wait,\"machine_disk_worst_write_ms\":$worst_wait,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"wal_restarts\":$restarts,\"commits_over_100ms\":$slow,\"money_invariants_held\":$money}"
       if [ "$partners" = 1 ]; then
         machine_before=$(machine_ticks)
         result=$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)
         steal=$(ticks_percent "$machine_before" "$(machine_ticks)" 3)
-        echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"log_level\":\"$LOG_LEVEL\",\"result\":$result,\"machine_steal_percent\":$steal}"
+        echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"log_level\":\"$LOG_LEVEL\",\"log_format\":\"$LOG_FORMAT\",\"result\":$result,\"machine_steal_percent\":$steal}"
       fi
       stop_server
       drop_db "$url"
