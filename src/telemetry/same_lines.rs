@@ -39,6 +39,59 @@ impl MakeWriter<'_> for Captured {
     }
 }
 
+/// tracing-subscriber's own `pretty` format without colours, as the service
+/// would configure it.
+fn stock_pretty(out: &Captured) -> impl Subscriber + Send + Sync {
+    tracing_subscriber::registry()
+        .with(LevelFilter::TRACE)
+        .with(
+            fmt::layer()
+                .with_target(false)
+                .with_ansi(false)
+                .with_writer(out.clone()),
+        )
+}
+
+/// The service's `pretty` format without colours.
+fn our_pretty(out: &Captured) -> impl Subscriber + Send + Sync {
+    tracing_subscriber::registry()
+        .with(LevelFilter::TRACE)
+        .with(
+            fmt::layer()
+                .event_format(PlainLine)
+                .fmt_fields(PlainFields)
+                .with_ansi(false)
+                .with_writer(out.clone()),
+        )
+}
+
+/// tracing-subscriber's own flattened `json` format, as the service would
+/// configure it.
+fn stock_json(out: &Captured) -> impl Subscriber + Send + Sync {
+    tracing_subscriber::registry()
+        .with(LevelFilter::TRACE)
+        .with(
+            fmt::layer()
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_span_list(true)
+                .with_writer(out.clone()),
+        )
+}
+
+/// The service's `json` format.
+fn our_json(out: &Captured) -> impl Subscriber + Send + Sync {
+    tracing_subscriber::registry()
+        .with(LevelFilter::TRACE)
+        .with(
+            fmt::layer()
+                .fmt_fields(JsonSpanFields)
+                .event_format(JsonLine)
+                .with_writer(out.clone()),
+        )
+}
+
 /// An error with a source, as the formats list them.
 #[derive(Debug)]
 struct Refused(io::Error);
@@ -134,26 +187,12 @@ fn compared(stock: Vec<String>, ours: Vec<String>, time_at: usize) -> Vec<(Strin
 
 #[test]
 fn pretty_lines_without_colours_match_the_stock_format_byte_for_byte() {
-    let stock_out = Captured::default();
-    let stock = tracing_subscriber::registry()
-        .with(LevelFilter::TRACE)
-        .with(
-            fmt::layer()
-                .with_target(false)
-                .with_ansi(false)
-                .with_writer(stock_out.clone()),
-        );
-    let plain_out = Captured::default();
-    let plain = tracing_subscriber::registry()
-        .with(LevelFilter::TRACE)
-        .with(
-            fmt::layer()
-                .event_format(PlainLine)
-                .fmt_fields(PlainFields)
-                .with_ansi(false)
-                .with_writer(plain_out.clone()),
-        );
-    let lines = compared(lines_of(stock, &stock_out), lines_of(plain, &plain_out), 0);
+    let (stock_out, plain_out) = (Captured::default(), Captured::default());
+    let lines = compared(
+        lines_of(stock_pretty(&stock_out), &stock_out),
+        lines_of(our_pretty(&plain_out), &plain_out),
+        0,
+    );
     for (stock, plain) in &lines {
         assert_eq!(plain, stock);
     }
@@ -166,29 +205,10 @@ fn pretty_lines_without_colours_match_the_stock_format_byte_for_byte() {
 
 #[test]
 fn json_lines_match_the_stock_format_byte_for_byte() {
-    let stock_out = Captured::default();
-    let stock = tracing_subscriber::registry()
-        .with(LevelFilter::TRACE)
-        .with(
-            fmt::layer()
-                .json()
-                .flatten_event(true)
-                .with_current_span(true)
-                .with_span_list(true)
-                .with_writer(stock_out.clone()),
-        );
-    let json_out = Captured::default();
-    let json = tracing_subscriber::registry()
-        .with(LevelFilter::TRACE)
-        .with(
-            fmt::layer()
-                .fmt_fields(JsonSpanFields)
-                .event_format(JsonLine)
-                .with_writer(json_out.clone()),
-        );
+    let (stock_out, json_out) = (Captured::default(), Captured::default());
     let lines = compared(
-        lines_of(stock, &stock_out),
-        lines_of(json, &json_out),
+        lines_of(stock_json(&stock_out), &stock_out),
+        lines_of(our_json(&json_out), &json_out),
         "{\"timestamp\":\"".len(),
     );
     for (stock, json) in &lines {
@@ -203,4 +223,80 @@ fn json_lines_match_the_stock_format_byte_for_byte() {
          \"name\":\"request\"},\"spans\":[{\"method\":\"GET\",\"request_id\":\"r_0a1b2c\",\
          \"route\":\"/partner/v1/balance\",\"name\":\"request\"}]}"
     );
+}
+
+/// Logs one span and one event whose values are given, through a
+/// subscriber, and returns the line without its time.
+fn one_line(subscriber: impl Subscriber + Send + Sync, out: &Captured, values: &Values) -> String {
+    tracing::subscriber::with_default(subscriber, || {
+        let span =
+            tracing::info_span!("request", id = %values.display, text = values.text.as_str());
+        span.in_scope(|| {
+            tracing::info!(
+                text = values.text.as_str(), number = values.number, count = values.count,
+                shown = %values.display, debugged = ?values.text, "{}", values.message
+            );
+        });
+    });
+    let line = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    // The time is the first thing the pretty format writes and the first
+    // value the JSON format does.
+    let at = if line.starts_with('{') {
+        "{\"timestamp\":\"".len()
+    } else {
+        0
+    };
+    format!("{}{}", &line[..at], &line[at + 27..])
+}
+
+/// The values [`one_line`] logs.
+#[derive(Debug)]
+struct Values {
+    /// A string field, and the span's.
+    text: String,
+    /// A float field.
+    number: f64,
+    /// A signed field.
+    count: i64,
+    /// A `Display` field, and the span's.
+    display: String,
+    /// The message.
+    message: String,
+}
+
+/// Any text, and often text made of what formats escape: ASCII and its
+/// control characters, the C1 range, quotes, backslashes, a few wide chars.
+fn text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    prop_oneof![any::<String>(), "[\\x00-\\x{a0}é€😀]{0,24}"]
+}
+
+/// Any values at all: such text, every float (NaN and the infinities too).
+fn values() -> impl proptest::strategy::Strategy<Value = Values> {
+    use proptest::prelude::*;
+    (text(), any::<f64>(), any::<i64>(), text(), text()).prop_map(
+        |(text, number, count, display, message)| Values {
+            text,
+            number,
+            count,
+            display,
+            message,
+        },
+    )
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_values_come_out_as_the_stock_formats_write_them(values in values()) {
+        let (stock_out, ours_out) = (Captured::default(), Captured::default());
+        proptest::prop_assert_eq!(
+            one_line(our_pretty(&ours_out), &ours_out, &values),
+            one_line(stock_pretty(&stock_out), &stock_out, &values)
+        );
+        let (stock_out, ours_out) = (Captured::default(), Captured::default());
+        proptest::prop_assert_eq!(
+            one_line(our_json(&ours_out), &ours_out, &values),
+            one_line(stock_json(&stock_out), &stock_out, &values)
+        );
+    }
 }
