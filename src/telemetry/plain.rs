@@ -1,14 +1,14 @@
 //! The `pretty` log format for an output that is not a terminal, written
 //! as tracing-subscriber's full format writes it with colours off, byte for
 //! byte, but with fewer instructions: at `info` every request writes a line,
-//! and on that line the stock format spends most of its time painting
+//! and on that line the stock format spends much of its time painting
 //! field names and separators in a style that is empty without colours
-//! (each one a trip through `core::fmt`) and formatting the time from
-//! scratch. Here names and separators are written as they are, and each
-//! thread formats the date and the second once per second. Values keep the
-//! stock formatting (`Debug`, the message's escaping of control
-//! characters); an error, with its list of sources, is handed to the stock
-//! visitor itself. A test holds the two formats equal.
+//! (each one a trip through `core::fmt`) and formatting the date from
+//! scratch. Here names and separators are written as they are, and the
+//! date comes from [`super::clock`]. Values keep the stock formatting
+//! (`Debug`, the message's escaping of control characters); an error, with
+//! its list of sources, is handed to the stock visitor itself. A test holds
+//! the two formats equal.
 
 use std::fmt::{self, Write as _};
 
