@@ -31,6 +31,25 @@ impl io::Write for Captured {
     }
 }
 
+impl Captured {
+    /// Everything written so far.
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+/// A line's time (27 characters: the first thing the pretty format writes
+/// and the first value the JSON format does) and the line without it.
+fn split_time(line: &str) -> (&str, String) {
+    let at = if line.starts_with('{') {
+        "{\"timestamp\":\"".len()
+    } else {
+        0
+    };
+    let time = &line[at..at + 27];
+    (time, format!("{}{}", &line[..at], &line[at + 27..]))
+}
+
 impl MakeWriter<'_> for Captured {
     type Writer = Captured;
 
@@ -168,19 +187,18 @@ fn log_everything() {
 /// The lines a subscriber wrote for [`log_everything`].
 fn lines_of(subscriber: impl Subscriber + Send + Sync, out: &Captured) -> Vec<String> {
     tracing::subscriber::with_default(subscriber, log_everything);
-    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-    text.lines().map(str::to_owned).collect()
+    out.text().lines().map(str::to_owned).collect()
 }
 
-/// Both formats' lines, the time cut off each (`time_at` is where it
-/// starts); the time itself must parse as RFC 3339.
-fn compared(stock: Vec<String>, ours: Vec<String>, time_at: usize) -> Vec<(String, String)> {
+/// Both formats' lines, the time cut off each; the time itself must parse
+/// as RFC 3339.
+fn compared(stock: Vec<String>, ours: Vec<String>) -> Vec<(String, String)> {
     assert_eq!(stock.len(), 14, "{stock:#?}");
     assert_eq!(ours.len(), stock.len(), "{ours:#?}");
     let cut = |line: &String| {
-        let time = &line[time_at..time_at + 27];
+        let (time, rest) = split_time(line);
         assert!(DateTime::parse_from_rfc3339(time).is_ok(), "{line}");
-        format!("{}{}", &line[..time_at], &line[time_at + 27..])
+        rest
     };
     stock.iter().map(cut).zip(ours.iter().map(cut)).collect()
 }
@@ -191,7 +209,6 @@ fn pretty_lines_without_colours_match_the_stock_format_byte_for_byte() {
     let lines = compared(
         lines_of(stock_pretty(&stock_out), &stock_out),
         lines_of(our_pretty(&plain_out), &plain_out),
-        0,
     );
     for (stock, plain) in &lines {
         assert_eq!(plain, stock);
@@ -209,7 +226,6 @@ fn json_lines_match_the_stock_format_byte_for_byte() {
     let lines = compared(
         lines_of(stock_json(&stock_out), &stock_out),
         lines_of(our_json(&json_out), &json_out),
-        "{\"timestamp\":\"".len(),
     );
     for (stock, json) in &lines {
         assert_eq!(json, stock);
@@ -238,15 +254,7 @@ fn one_line(subscriber: impl Subscriber + Send + Sync, out: &Captured, values: &
             );
         });
     });
-    let line = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-    // The time is the first thing the pretty format writes and the first
-    // value the JSON format does.
-    let at = if line.starts_with('{') {
-        "{\"timestamp\":\"".len()
-    } else {
-        0
-    };
-    format!("{}{}", &line[..at], &line[at + 27..])
+    split_time(&out.text()).1
 }
 
 /// The values [`one_line`] logs.
