@@ -349,24 +349,35 @@ pub fn assert_error(status: StatusCode, body: &Value, expected_status: u16, code
     error
 }
 
+/// The first pause between two of [`eventually`]'s polls.
+const FIRST_PAUSE: Duration = Duration::from_millis(25);
+
+/// The longest pause between two of [`eventually`]'s polls: four polls a
+/// second, well under a bronze key's ten reads.
+const LONGEST_PAUSE: Duration = Duration::from_millis(250);
+
 #[allow(dead_code)] // used by the order and deposit tests
 /// Polls `check` until it returns `Some`, or panics at the deadline.
+///
+/// The pauses between polls double from 25 ms to 250 ms: what settles
+/// quickly is seen quickly, and a long wait that reads a partner endpoint
+/// (most wait for an order) leaves room in the key's read window for the
+/// reads the test makes after it, on the default rate limits too.
 pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
     let until = tokio::time::Instant::now() + deadline;
-    let mut tick = tokio::time::interval(Duration::from_millis(25));
+    let mut pause = FIRST_PAUSE;
     loop {
-        tick.tick().await;
         if let Some(value) = check().await {
             return value;
         }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "timed out waiting for {what}"
-        );
+        let now = tokio::time::Instant::now();
+        assert!(now < until, "timed out waiting for {what}");
+        tokio::time::sleep(pause.min(until - now)).await;
+        pause = (pause * 2).min(LONGEST_PAUSE);
     }
 }
 
