@@ -40,9 +40,10 @@
 # Many partners' requests draw their partner at random (PARTNER_ORDER=turn
 # takes the keys in turn, which flatters many partners: see load-testing.md).
 # QUANTITY=5 orders five units an order in `orders` (1 unless set).
-# LOG_LEVEL is the server's log level (warn unless set; the service's
-# default, info, logs a line per request: LOG_LEVEL=info measures that too);
-# LOG_FORMAT its log.format (pretty unless set; json for shippers).
+# LOG_LEVEL is the server's log level (info, the service's default, unless
+# set: a line per request; LOG_LEVEL=warn measures without it, as every run
+# before the fifty-seventh did); LOG_FORMAT its log.format (pretty unless
+# set; json for shippers).
 # PG_SOCKET=/var/run/postgresql has the service reach PostgreSQL through its
 # Unix socket in that folder (PG_URL's port names the socket), not over TCP.
 # PG_DATABASE_OPTIONS is appended to each drive's CREATE DATABASE, for a
@@ -55,7 +56,7 @@ DURATION="${DURATION:-10}"
 CONCURRENCY="${CONCURRENCY:-64}"
 export PARTNER_ORDER="${PARTNER_ORDER:-random}"
 export QUANTITY="${QUANTITY:-1}"
-LOG_LEVEL="${LOG_LEVEL:-warn}"
+LOG_LEVEL="${LOG_LEVEL:-info}"
 LOG_FORMAT="${LOG_FORMAT:-pretty}"
 PG_URL="${PG_URL:-postgres://postgres@127.0.0.1:5432}"
 cargo build --release -q
@@ -237,6 +238,15 @@ keys_file() { # keys_file <n>: n new funded gold partners, one live key each, in
   for _ in $(seq 1 "$1"); do funded_key >> "$file"; done
   echo "$file"
 }
+# GET /balance with the first key of a keys file, as many connections as the
+# order drives: one line of its own.
+balance_drive() { # balance_drive <database kind> <keys file>
+  local before result steal
+  before=$(machine_ticks)
+  result=$(API_KEY="$(head -1 "$2")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)
+  steal=$(ticks_percent "$before" "$(machine_ticks)" 3)
+  echo "{\"database\":\"$1\",\"read\":\"/balance\",\"log_level\":\"$LOG_LEVEL\",\"log_format\":\"$LOG_FORMAT\",\"result\":$result,\"machine_steal_percent\":$steal}"
+}
 money_broken=0
 orders_side_by_side() {
   cargo build --release -q --example naive_orders
@@ -277,12 +287,7 @@ orders_side_by_side() {
       pg_cpu=null
       if [[ "$url" == postgres* ]]; then pg_cpu=$(( (pg_after - pg_before) * 10000000 / $(getconf CLK_TCK) / (orders > 0 ? orders : 1) / 10 )); fi
       echo "{\"database\":\"$kind\",\"partners\":$partners,\"partner_order\":\"$PARTNER_ORDER\",\"quantity\":$QUANTITY,\"settings\":\"defaults, limits lifted\",\"log_level\":\"$LOG_LEVEL\",\"log_format\":\"$LOG_FORMAT\",\"result\":$result,\"accepted\":$orders,\"settled\":$settled,\"seconds_to_settle_after_the_run\":$settle,\"server_cpu_us_per_accepted_and_settled_order\":$cpu,\"postgres_cpu_us_per_accepted_and_settled_order\":$pg_cpu,\"orders_per_commit\":$(orders_per_commit "$scraped"),\"machine_idle_percent\":$idle,\"machine_steal_percent\":$steal,\"machine_disk_write_ms\":$write_wait,\"machine_disk_worst_write_ms\":$worst_wait,\"disk_kib_written_per_order\":$disk,\"write_gate_held_percent\":$gate_busy,\"wal_restarts\":$restarts,\"commits_over_100ms\":$slow,\"money_invariants_held\":$money}"
-      if [ "$partners" = 1 ]; then
-        machine_before=$(machine_ticks)
-        result=$(API_KEY="$(head -1 "$keys")" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/get.lua http://127.0.0.1:18580 | tail -1)
-        steal=$(ticks_percent "$machine_before" "$(machine_ticks)" 3)
-        echo "{\"database\":\"$kind\",\"read\":\"/balance\",\"log_level\":\"$LOG_LEVEL\",\"log_format\":\"$LOG_FORMAT\",\"result\":$result,\"machine_steal_percent\":$steal}"
-      fi
+      if [ "$partners" = 1 ]; then balance_drive "$kind" "$keys"; fi
       stop_server
       drop_db "$url"
     done
