@@ -376,4 +376,10 @@ async fn every_log_line_of_an_operator_request_names_the_operator() {
         })
         .unwrap_or_else(|| panic!("no access line naming the operator: {of_request:?}"));
     assert_eq!(finished["span"]["operator"], "Sue Support");
+    // The latency is written to the microsecond: three decimals at most.
+    let latency = finished["latency_ms"].to_string();
+    let decimals = latency
+        .split_once('.')
+        .map_or(0, |(_, fraction)| fraction.len());
+    assert!(decimals <= 3, "latency_ms {latency} in {finished}");
 }
