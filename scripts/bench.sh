@@ -41,9 +41,9 @@
 # takes the keys in turn, which flatters many partners: see load-testing.md).
 # QUANTITY=5 orders five units an order in `orders` (1 unless set).
 # LOG_LEVEL is the server's log level (info, the service's default, unless
-# set: a line per request; LOG_LEVEL=warn measures without it, as every run
-# before the fifty-seventh did); LOG_FORMAT its log.format (pretty unless
-# set; json for shippers).
+# set: a line per request; LOG_LEVEL=warn measures without it, the default
+# here before the fifty-seventh run); LOG_FORMAT its log.format (pretty
+# unless set; json for shippers).
 # PG_SOCKET=/var/run/postgresql has the service reach PostgreSQL through its
 # Unix socket in that folder (PG_URL's port names the socket), not over TCP.
 # PG_DATABASE_OPTIONS is appended to each drive's CREATE DATABASE, for a
