@@ -21,8 +21,9 @@ use std::{
     sync::OnceLock,
 };
 
+use tracing::Subscriber;
 use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
-use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+use tracing_subscriber::{EnvFilter, fmt, fmt::MakeWriter, prelude::*, registry::LookupSpan};
 
 use crate::config::{LogFormat, LogSettings};
 
@@ -70,27 +71,12 @@ pub fn init(settings: &LogSettings) -> LogGuard {
         // The stock JSON format's lines (flattened event, current span and
         // every enclosing one, so that a line deep in a handler still says
         // which request and which operator it serves), for fewer instructions.
-        LogFormat::Json => registry
-            .with(
-                fmt::layer()
-                    .fmt_fields(JsonSpanFields)
-                    .event_format(JsonLine)
-                    .with_writer(writer),
-            )
-            .try_init(),
+        LogFormat::Json => registry.with(json_layer(writer)).try_init(),
         LogFormat::Pretty if ansi => registry
             .with(fmt::layer().with_target(false).with_writer(writer))
             .try_init(),
         // Without colours, the same lines for fewer instructions.
-        LogFormat::Pretty => registry
-            .with(
-                fmt::layer()
-                    .event_format(PlainLine)
-                    .fmt_fields(PlainFields)
-                    .with_ansi(false)
-                    .with_writer(writer),
-            )
-            .try_init(),
+        LogFormat::Pretty => registry.with(plain_layer(writer)).try_init(),
     };
     match installed {
         Ok(()) => {
@@ -101,6 +87,34 @@ pub fn init(settings: &LogSettings) -> LogGuard {
         }
         Err(_already_set) => LogGuard { _writer: None },
     }
+}
+
+/// The `json` format's layer, writing to `writer` (the tests hold its
+/// lines to the stock format's with this same layer). The fields' formatter
+/// is set first: the event formatter is written for these fields only.
+fn json_layer<S, W>(writer: W) -> fmt::Layer<S, JsonSpanFields, JsonLine, W>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> MakeWriter<'w> + 'static,
+{
+    fmt::layer()
+        .fmt_fields(JsonSpanFields)
+        .event_format(JsonLine)
+        .with_writer(writer)
+}
+
+/// The `pretty` format's layer without colours, writing to `writer` (the
+/// tests hold its lines to the stock format's with this same layer).
+fn plain_layer<S, W>(writer: W) -> fmt::Layer<S, PlainFields, PlainLine, W>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> MakeWriter<'w> + 'static,
+{
+    fmt::layer()
+        .event_format(PlainLine)
+        .fmt_fields(PlainFields)
+        .with_ansi(false)
+        .with_writer(writer)
 }
 
 /// A writer that queues each line for a thread of its own that writes it

@@ -11,10 +11,7 @@ use chrono::DateTime;
 use tracing::Subscriber;
 use tracing_subscriber::{filter::LevelFilter, fmt, fmt::MakeWriter, prelude::*};
 
-use super::{
-    json::{JsonLine, JsonSpanFields},
-    plain::{PlainFields, PlainLine},
-};
+use super::{json_layer, plain_layer};
 
 /// An output that keeps what it is given.
 #[derive(Clone, Default)]
@@ -71,17 +68,11 @@ fn stock_pretty(out: &Captured) -> impl Subscriber + Send + Sync {
         )
 }
 
-/// The service's `pretty` format without colours.
+/// The service's `pretty` format without colours, its own layer.
 fn our_pretty(out: &Captured) -> impl Subscriber + Send + Sync {
     tracing_subscriber::registry()
         .with(LevelFilter::TRACE)
-        .with(
-            fmt::layer()
-                .event_format(PlainLine)
-                .fmt_fields(PlainFields)
-                .with_ansi(false)
-                .with_writer(out.clone()),
-        )
+        .with(plain_layer(out.clone()))
 }
 
 /// tracing-subscriber's own flattened `json` format, as the service would
@@ -99,16 +90,11 @@ fn stock_json(out: &Captured) -> impl Subscriber + Send + Sync {
         )
 }
 
-/// The service's `json` format.
+/// The service's `json` format, its own layer.
 fn our_json(out: &Captured) -> impl Subscriber + Send + Sync {
     tracing_subscriber::registry()
         .with(LevelFilter::TRACE)
-        .with(
-            fmt::layer()
-                .fmt_fields(JsonSpanFields)
-                .event_format(JsonLine)
-                .with_writer(out.clone()),
-        )
+        .with(json_layer(out.clone()))
 }
 
 /// An error with a source, as the formats list them.
