@@ -157,8 +157,7 @@ async fn store_deliveries(
         }
     };
     for (order_id, order) in settled {
-        crate::metrics::order_settled(&order, now);
-        tracing::info!(order_id, status = order.status.as_str(), "order settled");
+        super::order_settled(&order_id, &order, now);
     }
     Ok(delivered)
 }

@@ -46,6 +46,30 @@ pub(crate) fn log_lifecycle(actor: &str, partner_id: Option<&str>, event: &str, 
     }
 }
 
+/// An order settled at `now`, wherever it settled (its profiles delivered,
+/// its last units refunded, a pass that found none left): counted, its time
+/// since acceptance recorded, and one `order settled` line in one shape, so
+/// that an operator finds every order's end, and whose order it was, by one
+/// message.
+pub(crate) fn order_settled(
+    order_id: &str,
+    settled: &crate::store::orders::Settled,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    crate::metrics::order_settled(settled, now);
+    // Clocks of two nodes may disagree: never a negative time.
+    let settled_after_ms = (now - settled.created_at).num_milliseconds().max(0);
+    tracing::info!(
+        order_id,
+        partner_id = %settled.partner_id,
+        mode = settled.mode.as_str(),
+        status = settled.status.as_str(),
+        failure_code = settled.failure_code.map(|code| code.as_str()),
+        settled_after_ms,
+        "order settled"
+    );
+}
+
 /// An inline writer of `db`'s SQLite file for `writer`, its outcomes
 /// counted in the metrics; `None` on PostgreSQL.
 pub(crate) fn inline_writer(

@@ -342,7 +342,6 @@ async fn provision_claimed(
     fresh: Option<Arc<order::Model>>,
     permit: OwnedSemaphorePermit,
 ) -> anyhow::Result<()> {
-    let started = std::time::Instant::now();
     let (order, units) = match fresh {
         // Just accepted here: every unit is pending and in no supplier order.
         Some(order) => {
@@ -384,8 +383,7 @@ async fn provision_claimed(
     } else if outcomes.is_empty() {
         let now = time::now();
         if let Some(settled) = Box::pin(store::orders::finalize(&args.db, order_id, now)).await? {
-            crate::metrics::order_settled(&settled, now);
-            tracing::info!(order_id, partner_id = %order.partner_id, status = settled.status.as_str(), elapsed_ms = started.elapsed().as_millis() as u64, "order settled");
+            super::order_settled(order_id, &settled, now);
         }
     }
     Ok(())

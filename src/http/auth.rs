@@ -93,6 +93,11 @@ pub async fn authenticate(
         }
         Err(Identify::Fault(error)) => return error.into_response(),
     };
+    // The request's own span names the partner and key, so its access line
+    // (and every line logged while it is answered) does too.
+    let request_span = tracing::Span::current();
+    request_span.record("partner_id", record.partner.id.as_str());
+    request_span.record("key_id", record.key.id.as_str());
 
     if !net::allowed(&source, record.allowlist.as_deref()) {
         return ApiError::new(ErrorCode::AuthIpNotAllowed).into_response();

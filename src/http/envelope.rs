@@ -67,6 +67,9 @@ pub(crate) async fn envelope(
         // Filled by the operator listener's authorization: who is asking.
         operator = tracing::field::Empty,
         operator_id = tracing::field::Empty,
+        // Filled by the partner API's authentication: whose key it is.
+        partner_id = tracing::field::Empty,
+        key_id = tracing::field::Empty,
     );
     let started = Instant::now();
     // The span covers the time bound too, so that a timeout's log line

@@ -23,6 +23,7 @@ mod health;
 mod helpers;
 mod hostile;
 mod lifecycle;
+mod logs;
 mod me;
 mod metrics;
 mod openapi;

@@ -28,7 +28,7 @@ pub(super) async fn refund(
         tracing::info!(partner_id = %order.partner_id, order_id, units = unit_ids.len(), failure = failure.as_str(), "units refunded");
     }
     if let Some(settled) = settled {
-        crate::metrics::order_settled(&settled, now);
+        crate::actors::order_settled(order_id, &settled, now);
     }
     Ok(())
 }

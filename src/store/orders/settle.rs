@@ -297,6 +297,8 @@ pub async fn refund_units<C: ConnectionTrait>(
 /// An order that [`finalize`] settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settled {
+    /// The partner whose order it is.
+    pub partner_id: String,
     /// The final status.
     pub status: OrderStatus,
     /// Live or sandbox.
@@ -345,8 +347,9 @@ pub async fn finalize_many<C: ConnectionTrait>(
         let mut update = settle_orders_update(backend, status, ids, now).into_query();
         update.returning(settled_returning());
         for row in db.query_all_raw(backend.build(&update)).await? {
-            let (id, mode, failure_code, created_at) = row.try_get_many_by_index()?;
+            let (id, partner_id, mode, failure_code, created_at) = row.try_get_many_by_index()?;
             let settled_order = Settled {
+                partner_id,
                 status,
                 mode,
                 failure_code,
@@ -364,6 +367,7 @@ pub async fn finalize_many<C: ConnectionTrait>(
 pub(super) fn settled_returning() -> ReturningClause {
     Query::returning().columns([
         order::Column::Id,
+        order::Column::PartnerId,
         order::Column::Mode,
         order::Column::FailureCode,
         order::Column::CreatedAt,

@@ -70,10 +70,11 @@ fn finalize_many_inline<E>(
             Ok((
                 row.get(0)?,
                 Settled {
+                    partner_id: row.get(1)?,
                     status,
-                    mode: columns::word(row, 1)?,
-                    failure_code: columns::optional_word(row, 2)?,
-                    created_at: columns::time(row, 3)?,
+                    mode: columns::word(row, 2)?,
+                    failure_code: columns::optional_word(row, 3)?,
+                    created_at: columns::time(row, 4)?,
                 },
             ))
         })?;

@@ -1,0 +1,112 @@
+//! What operators read in a node's log about partners and their orders: a
+//! partner request's lines name the partner and key, and every order's end is
+//! one `order settled` line of one shape, whether its profiles were delivered
+//! or its units refunded.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::helpers::{ServeProcess, eventually, read};
+
+const TOKEN: &str = "logs-bootstrap-token-0123";
+
+/// `POST /orders` of one unit of `plan` with `secret`: the 202's order id.
+async fn order(serve: &ServeProcess, secret: &str, plan: &str) -> String {
+    let (status, body) = read(
+        reqwest::Client::new()
+            .post(format!("http://{}/partner/v1/orders", serve.public))
+            .bearer_auth(secret)
+            .header("idempotency-key", uuid::Uuid::new_v4().to_string())
+            .json(&json!({ "plan_id": plan, "quantity": 1 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    body["id"].as_str().unwrap().to_owned()
+}
+
+/// The `order settled` line of `order_id` once the node has written it.
+async fn settled_line(serve: &ServeProcess, order_id: &str) -> Value {
+    eventually(
+        "the order's `order settled` line",
+        Duration::from_secs(30),
+        || async {
+            serve
+                .lines()
+                .iter()
+                .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+                .find(|line| line["message"] == "order settled" && line["order_id"] == order_id)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn partner_requests_and_every_settled_order_name_the_partner() {
+    let serve = ServeProcess::start(&[
+        ("ESIM__OPERATOR__TOKEN", TOKEN),
+        ("ESIM__LOG__LEVEL", "info"),
+        ("ESIM__SIMULATORS__SUPPLIER_LATENCY_MS", "0"),
+    ])
+    .await;
+    let (partner, live) = serve.live_partner(TOKEN).await;
+    let partner_id = partner["id"].as_str().unwrap().to_owned();
+    let funded = serve
+        .operator_call(
+            TOKEN,
+            Method::POST,
+            &format!("/partners/{partner_id}/movements"),
+            json!({ "kind": "adjustment", "amount_cents": 100_000, "description": "funding" }),
+        )
+        .await;
+    assert!(funded["id"].is_string(), "{funded}");
+    let sandbox = serve
+        .operator_call(
+            TOKEN,
+            Method::POST,
+            &format!("/partners/{partner_id}/keys"),
+            json!({ "mode": "sandbox" }),
+        )
+        .await;
+
+    // Delivered: its order settles where its profile is written.
+    let delivered = order(&serve, live["secret"].as_str().unwrap(), "pl_fr_1gb_7d").await;
+    // Refused by the supplier: it settles where its unit is refunded.
+    let refunded = order(
+        &serve,
+        sandbox["secret"].as_str().unwrap(),
+        "pl_sandbox_supplier_error",
+    )
+    .await;
+
+    let completed = settled_line(&serve, &delivered).await;
+    assert_eq!(completed["partner_id"], partner_id.as_str(), "{completed}");
+    assert_eq!(completed["mode"], "live", "{completed}");
+    assert_eq!(completed["status"], "completed", "{completed}");
+    assert!(completed.get("failure_code").is_none(), "{completed}");
+    assert!(completed["settled_after_ms"].is_u64(), "{completed}");
+    let failed = settled_line(&serve, &refunded).await;
+    assert_eq!(failed["partner_id"], partner_id.as_str(), "{failed}");
+    assert_eq!(failed["mode"], "sandbox", "{failed}");
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["failure_code"], "supplier_error", "{failed}");
+
+    let lines = serve.terminate().await;
+    let accepted: Vec<Value> = lines
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| {
+            line["message"] == "request finished" && line["span"]["route"] == "/partner/v1/orders"
+        })
+        .collect();
+    assert_eq!(accepted.len(), 2, "one access line an order: {accepted:?}");
+    for (line, key) in accepted.iter().zip([&live, &sandbox]) {
+        assert_eq!(line["status"], 202, "{line}");
+        assert_eq!(line["span"]["partner_id"], partner_id.as_str(), "{line}");
+        assert_eq!(line["span"]["key_id"], key["id"], "{line}");
+    }
+}
