@@ -57,6 +57,13 @@ impl Caller {
     }
 }
 
+/// Whose key a partner request was answered for, from the moment the key is
+/// known (refusals of its allowlist, rate or account included): left in the
+/// response's extensions, where the envelope names the partner and key on the
+/// request's access line.
+#[derive(Debug, Clone)]
+pub(crate) struct Authenticated(pub Arc<KeyRecord>);
+
 /// State of the authentication layer of one group of routes.
 #[derive(Clone)]
 pub struct AuthLayer {
@@ -71,7 +78,7 @@ pub struct AuthLayer {
 pub async fn authenticate(
     State(layer): State<AuthLayer>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
     let app = &layer.app;
@@ -93,13 +100,22 @@ pub async fn authenticate(
         }
         Err(Identify::Fault(error)) => return error.into_response(),
     };
-    // The request's own span names the partner and key, so its access line
-    // (and every line logged while it is answered) does too.
-    let request_span = tracing::Span::current();
-    request_span.record("partner_id", record.partner.id.as_str());
-    request_span.record("key_id", record.key.id.as_str());
+    let answered_for = Authenticated(Arc::clone(&record));
+    let mut response = answer(&layer, &source, record, request, next).await;
+    response.extensions_mut().insert(answered_for);
+    response
+}
 
-    if !net::allowed(&source, record.allowlist.as_deref()) {
+/// Steps 3 to 5 for a known key, and the route's answer when they pass.
+async fn answer(
+    layer: &AuthLayer,
+    source: &Source,
+    record: Arc<KeyRecord>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let app = &layer.app;
+    if !net::allowed(source, record.allowlist.as_deref()) {
         return ApiError::new(ErrorCode::AuthIpNotAllowed).into_response();
     }
 

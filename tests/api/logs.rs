@@ -1,5 +1,5 @@
 //! What operators read in a node's log about partners and their orders: a
-//! partner request's lines name the partner and key, and every order's end is
+//! partner request's access line names the partner and key, and every order's end is
 //! one `order settled` line of one shape, whether its profiles were delivered
 //! or its units refunded.
 
@@ -106,7 +106,7 @@ async fn partner_requests_and_every_settled_order_name_the_partner() {
     assert_eq!(accepted.len(), 2, "one access line an order: {accepted:?}");
     for (line, key) in accepted.iter().zip([&live, &sandbox]) {
         assert_eq!(line["status"], 202, "{line}");
-        assert_eq!(line["span"]["partner_id"], partner_id.as_str(), "{line}");
-        assert_eq!(line["span"]["key_id"], key["id"], "{line}");
+        assert_eq!(line["partner_id"], partner_id.as_str(), "{line}");
+        assert_eq!(line["key_id"], key["id"], "{line}");
     }
 }
