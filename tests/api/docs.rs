@@ -1,11 +1,12 @@
-//! The partner docs are executable: the quickstart's shell blocks run in
-//! order against a fresh server and end with an installable eSIM; every
+//! The docs are executable: the README's tour (the operator CLI, then the
+//! partner API) and the partner quickstart run their shell blocks in order
+//! against a fresh server and end with an installable eSIM; every
 //! operation's samples (curl, Python, JavaScript), generated from the
 //! OpenAPI examples, run against it and get the documented status and a
 //! body that fits the documented schema; every page and internal link of
 //! `/docs` answers.
 //!
-//! The quickstart needs bash, curl and jq; the samples curl, Python with
+//! The tour and the quickstart need bash, curl and jq; the samples curl, Python with
 //! `requests` and Node.js 18 or later. A machine without one of them skips
 //! what needs it, unless `DOCS_SAMPLES_REQUIRED=1` (set by `.ci/run`, which
 //! installs what is missing).
@@ -18,7 +19,8 @@ use serde_json::{Value, json};
 
 use crate::{
     helpers::{
-        TestApp, eventually, fund, live_partner, read, sandbox_key, spawn_app, spawn_app_with,
+        OPERATOR_TOKEN, TestApp, eventually, fund, live_partner, read, sandbox_key, spawn_app,
+        spawn_app_with,
     },
     openapi::validator_for,
 };
@@ -81,6 +83,62 @@ async fn the_quickstart_takes_a_sandbox_key_to_an_installable_esim() {
         "no activation code at the end:\n{stdout}"
     );
     assert!(stdout.contains("https://esimsetup.apple.com/"), "{stdout}");
+}
+
+/// The README's tour, from the operator CLI to an installed eSIM, as its
+/// reader runs it: its shell blocks in order, against a fresh server, with
+/// only the service's address and the way to run the binary put in.
+#[tokio::test]
+async fn the_readme_tour_takes_a_new_partner_to_an_installed_esim() {
+    const RUN_THE_CLI: &str = "esim() { cargo run -q -- \"$@\"; }";
+    if !available("the README tour's", "jq", &["--version"]).await {
+        return;
+    }
+    let readme = include_str!("../../README.md");
+    let tour = readme
+        .split("\n## A five-minute tour\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README has a five-minute tour");
+    let script = blocks(tour, "sh").join("\n");
+    assert!(
+        script.contains(RUN_THE_CLI),
+        "the tour runs the CLI through cargo:\n{script}"
+    );
+    let app = spawn_app().await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "set -euo pipefail\ncd \"$TOUR_DIR\"\n{}",
+        script
+            .replace(RUN_THE_CLI, "esim() { \"$ESIM_BIN\" \"$@\"; }")
+            .replace("localhost:8080", &app_address(&app.public))
+    );
+    let env = [
+        ("TOUR_DIR", dir.path().display().to_string()),
+        ("ESIM_BIN", env!("CARGO_BIN_EXE_esim-reseller").to_owned()),
+        ("ESIM_OPERATOR_URL", app.operator.clone()),
+        ("ESIM_OPERATOR_TOKEN", OPERATOR_TOKEN.to_owned()),
+    ];
+    let (ok, stdout, stderr) = run("bash", &["-c", &script], &env).await;
+    assert!(ok, "the tour failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("\"discount_bps\":1500"), "{stdout}");
+    assert!(
+        stdout.contains("{\"status\":\"completed\",\"esims\":[\"8"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("https://esimsetup.apple.com/"), "{stdout}");
+    // The answers end without a newline: the balance is the output's end.
+    assert!(
+        stdout.trim_end().ends_with("}49406"),
+        "the balance the tour ends with:\n{stdout}"
+    );
+    let png = std::fs::read(dir.path().join("esim.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "esim.png is a PNG");
+}
+
+/// `host:port` of a listener's `http://host:port`.
+fn app_address(url: &str) -> String {
+    url.trim_start_matches("http://").to_owned()
 }
 
 /// What the samples read, set up as a partner would have it: a funded live
