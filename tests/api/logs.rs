@@ -73,6 +73,26 @@ async fn partner_requests_and_every_settled_order_name_the_partner() {
         )
         .await;
 
+    // Known, then refused: its source is outside the key's allowlist.
+    let fenced = serve
+        .operator_call(
+            TOKEN,
+            Method::POST,
+            &format!("/partners/{partner_id}/keys"),
+            json!({ "mode": "live", "allowed_cidrs": ["203.0.113.0/24"] }),
+        )
+        .await;
+    let (status, refused) = read(
+        reqwest::Client::new()
+            .get(format!("http://{}/partner/v1/me", serve.public))
+            .bearer_auth(fenced["secret"].as_str().unwrap())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+
     // Delivered: its order settles where its profile is written.
     let delivered = order(&serve, live["secret"].as_str().unwrap(), "pl_fr_1gb_7d").await;
     // Refused by the supplier: it settles where its unit is refunded.
@@ -109,4 +129,11 @@ async fn partner_requests_and_every_settled_order_name_the_partner() {
         assert_eq!(line["partner_id"], partner_id.as_str(), "{line}");
         assert_eq!(line["key_id"], key["id"], "{line}");
     }
+    let refusal = lines
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["message"] == "request finished" && line["status"] == 403)
+        .unwrap_or_else(|| panic!("no access line of the refusal: {lines:?}"));
+    assert_eq!(refusal["partner_id"], partner_id.as_str(), "{refusal}");
+    assert_eq!(refusal["key_id"], fenced["id"], "{refusal}");
 }
