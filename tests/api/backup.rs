@@ -7,7 +7,7 @@
 
 use std::{path::Path, time::Duration};
 
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, Database, Statement};
 use serde_json::{Value, json};
 
@@ -69,13 +69,7 @@ async fn verify(file: &Path) -> (i32, String) {
 async fn funded_partner(node: &ServeProcess) -> String {
     let (partner, key) = node.live_partner(OPERATOR_TOKEN).await;
     let id = partner["id"].as_str().unwrap();
-    node.operator_call(
-        OPERATOR_TOKEN,
-        Method::POST,
-        &format!("/partners/{id}/movements"),
-        json!({ "kind": "adjustment", "amount_cents": 10_000_000, "description": "funding" }),
-    )
-    .await;
+    node.fund(OPERATOR_TOKEN, id, 10_000_000).await;
     key["secret"].as_str().unwrap().to_owned()
 }
 

@@ -192,15 +192,7 @@ async fn orders_survive_provisioning_failures_and_operators_see_each_restart() {
     let (partner, key) = serve.live_partner(TOKEN).await;
     let partner_id = partner["id"].as_str().unwrap();
     let secret = key["secret"].as_str().unwrap().to_owned();
-    let funded = serve
-        .operator_call(
-            TOKEN,
-            Method::POST,
-            &format!("/partners/{partner_id}/movements"),
-            json!({ "kind": "adjustment", "amount_cents": 1_000_000, "description": "test" }),
-        )
-        .await;
-    assert!(funded.get("error").is_none(), "{funded}");
+    serve.fund(TOKEN, partner_id, 1_000_000).await;
     let mut order_ids = Vec::new();
     for round in 0..3 {
         // Three orders of three units a round: inside a bronze write window.

@@ -581,6 +581,20 @@ impl ServeProcess {
         (partner, key)
     }
 
+    /// Credits `cents` to a partner's live float through this process's
+    /// operator API (an adjustment, one ledger row).
+    pub async fn fund(&self, token: &str, partner_id: &str, cents: i64) {
+        let entry = self
+            .operator_call(
+                token,
+                Method::POST,
+                &format!("/partners/{partner_id}/movements"),
+                json!({ "kind": "adjustment", "amount_cents": cents, "description": "test funding" }),
+            )
+            .await;
+        assert!(entry["id"].is_string(), "{entry}");
+    }
+
     /// `host:port` of one of its listeners (`public`, `operator`,
     /// `simulators`), from its `listening` log line.
     pub fn listener(&self, name: &str) -> Option<String> {

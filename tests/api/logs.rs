@@ -55,15 +55,7 @@ async fn partner_requests_and_every_settled_order_name_the_partner() {
     .await;
     let (partner, live) = serve.live_partner(TOKEN).await;
     let partner_id = partner["id"].as_str().unwrap().to_owned();
-    let funded = serve
-        .operator_call(
-            TOKEN,
-            Method::POST,
-            &format!("/partners/{partner_id}/movements"),
-            json!({ "kind": "adjustment", "amount_cents": 100_000, "description": "funding" }),
-        )
-        .await;
-    assert!(funded["id"].is_string(), "{funded}");
+    serve.fund(TOKEN, &partner_id, 100_000).await;
     let sandbox = serve
         .operator_call(
             TOKEN,
