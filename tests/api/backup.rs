@@ -198,17 +198,7 @@ async fn a_damaged_truncated_foreign_or_inconsistent_copy_is_refused_by_name() {
     let live_db = dir.path().join("live.db");
     let serving = node(&live_db, &[]).await;
     let secret = funded_partner(&serving).await;
-    let (status, _) = read(
-        reqwest::Client::new()
-            .post(format!("http://{}/partner/v1/orders", serving.public))
-            .bearer_auth(&secret)
-            .header("idempotency-key", uuid::Uuid::new_v4().to_string())
-            .json(&json!({ "plan_id": PLAN, "quantity": 2 }))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _) = serving.order(&secret, PLAN, 2).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let copy = dir.path().join("good.db");
     let (code, said) = command(&live_db, &["backup", "--to", copy.to_str().unwrap()]).await;

@@ -530,28 +530,11 @@ async fn a_kill_9_in_the_middle_of_a_failover_never_buys_a_unit_twice() {
     let node = failover_node(&database, &sims).await;
     let (partner, key) = node.live_partner(OPERATOR_TOKEN).await;
     let partner_id = partner["id"].as_str().unwrap().to_owned();
-    node.operator_call(
-        OPERATOR_TOKEN,
-        Method::POST,
-        &format!("/partners/{partner_id}/movements"),
-        json!({ "kind": "adjustment", "amount_cents": 1_000_000, "description": "test funding" }),
-    )
-    .await;
+    node.fund(OPERATOR_TOKEN, &partner_id, 1_000_000).await;
     let secret = key["secret"].as_str().unwrap().to_owned();
-    let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for _ in 0..6 {
-        let (status, body) = read(
-            client
-                .post(format!("http://{}/partner/v1/orders", node.public))
-                .bearer_auth(&secret)
-                .header("idempotency-key", uuid::Uuid::new_v4().to_string())
-                .json(&json!({ "plan_id": PLAN, "quantity": 2 }))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let (status, body) = node.order(&secret, PLAN, 2).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
         ids.push(body["id"].as_str().unwrap().to_owned());
     }
@@ -563,6 +546,7 @@ async fn a_kill_9_in_the_middle_of_a_failover_never_buys_a_unit_twice() {
     node.kill().await;
 
     let node = failover_node(&database, &sims).await;
+    let client = reqwest::Client::new();
     for id in &ids {
         let order = eventually(&format!("order {id} to settle"), SETTLE, || async {
             let (status, order) = read(

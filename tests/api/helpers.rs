@@ -595,6 +595,22 @@ impl ServeProcess {
         assert!(entry["id"].is_string(), "{entry}");
     }
 
+    /// `POST /orders` of `quantity` units of `plan` with `secret` and a new
+    /// Idempotency-Key: the status and the answer.
+    pub async fn order(&self, secret: &str, plan: &str, quantity: u32) -> (StatusCode, Value) {
+        read(
+            reqwest::Client::new()
+                .post(format!("http://{}/partner/v1/orders", self.public))
+                .bearer_auth(secret)
+                .header("idempotency-key", uuid::Uuid::new_v4().to_string())
+                .json(&json!({ "plan_id": plan, "quantity": quantity }))
+                .send()
+                .await
+                .expect("order request"),
+        )
+        .await
+    }
+
     /// `host:port` of one of its listeners (`public`, `operator`,
     /// `simulators`), from its `listening` log line.
     pub fn listener(&self, name: &str) -> Option<String> {

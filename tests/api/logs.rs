@@ -14,17 +14,7 @@ const TOKEN: &str = "logs-bootstrap-token-0123";
 
 /// `POST /orders` of one unit of `plan` with `secret`: the 202's order id.
 async fn order(serve: &ServeProcess, secret: &str, plan: &str) -> String {
-    let (status, body) = read(
-        reqwest::Client::new()
-            .post(format!("http://{}/partner/v1/orders", serve.public))
-            .bearer_auth(secret)
-            .header("idempotency-key", uuid::Uuid::new_v4().to_string())
-            .json(&json!({ "plan_id": plan, "quantity": 1 }))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = serve.order(secret, plan, 1).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     body["id"].as_str().unwrap().to_owned()
 }
