@@ -249,7 +249,7 @@ balance_drive() { # balance_drive <database kind> <keys file>
 }
 money_broken=0
 orders_side_by_side() {
-  cargo build --release -q --example naive_orders
+  cargo build --release -q -p naive-orders
   start_simulators
   for database in "${databases[@]}"; do
     for partners in ${PARTNER_COUNTS:-1 100 1000}; do
@@ -293,7 +293,7 @@ orders_side_by_side() {
     done
     local naive="${database/DB/naive-$RANDOM}"
     create_db "$naive"
-    "$CARGO_TARGET_DIR/release/examples/naive_orders" --url "$naive" --concurrency "$CONCURRENCY" --duration "$DURATION"
+    "$CARGO_TARGET_DIR/release/naive-orders" --url "$naive" --concurrency "$CONCURRENCY" --duration "$DURATION"
     drop_db "$naive"
   done
   stop_all

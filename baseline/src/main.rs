@@ -5,7 +5,7 @@
 //! commit. `scripts/bench.sh` runs it beside the service in the same run.
 //!
 //! ```text
-//! cargo run --release --example naive_orders -- --url 'sqlite:///tmp/naive.db?mode=rwc'
+//! cargo run --release -p naive-orders -- --url 'sqlite:///tmp/naive.db?mode=rwc'
 //! ```
 
 use std::{
@@ -27,13 +27,16 @@ use esim_reseller::{
 };
 use hdrhistogram::Histogram;
 
+/// The loop's settings.
 #[derive(Debug, Parser)]
 struct Args {
     /// A fresh database (it is migrated first).
     #[arg(long, default_value = "sqlite:///tmp/naive-orders.db?mode=rwc")]
     url: String,
+    /// Tasks looping at once, each with its own transaction.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Seconds the loop runs.
     #[arg(long, default_value_t = 10)]
     duration: u64,
 }
@@ -135,6 +138,7 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One live order of one unit, priced as the gold tier pays for the plan.
 fn order_of(partner_id: &str, key: &str) -> order::Model {
     order::Model {
         id: OrderId::generate().into_string(),
