@@ -1,7 +1,7 @@
 //! What operators read in a node's log about partners and their orders: a
 //! partner request's access line names the partner and key, and every order's end is
 //! one `order settled` line of one shape, whether its profiles were delivered
-//! or its units refunded.
+//! or its units refunded (each refund one `units refunded` line before it).
 
 use std::time::Duration;
 
@@ -98,6 +98,15 @@ async fn partner_requests_and_every_settled_order_name_the_partner() {
     assert_eq!(failed["failure_code"], "supplier_error", "{failed}");
 
     let lines = serve.terminate().await;
+    // Its refund, the line before: the same names for the same things.
+    let refund = lines
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["message"] == "units refunded" && line["order_id"] == refunded.as_str())
+        .unwrap_or_else(|| panic!("no `units refunded` line of the order: {lines:?}"));
+    assert_eq!(refund["partner_id"], partner_id.as_str(), "{refund}");
+    assert_eq!(refund["units"], 1, "{refund}");
+    assert_eq!(refund["failure_code"], "supplier_error", "{refund}");
     let accepted: Vec<Value> = lines
         .iter()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())

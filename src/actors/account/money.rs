@@ -25,7 +25,7 @@ pub(super) async fn refund(
     txn.commit().await?;
     if let Some(balance_after) = refunded {
         *state.floats.of_mut(mode) = balance_after;
-        tracing::info!(partner_id = %order.partner_id, order_id, units = unit_ids.len(), failure = failure.as_str(), "units refunded");
+        tracing::info!(partner_id = %order.partner_id, order_id, units = unit_ids.len(), failure_code = failure.as_str(), "units refunded");
     }
     if let Some(settled) = settled {
         crate::actors::order_settled(order_id, &settled, now);
