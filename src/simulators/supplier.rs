@@ -28,10 +28,11 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::stock::IccidStock;
 use crate::supplier::{
     Profile,
     esim_access::{ALLOCATING, BUSY, sign},
-    sandbox::profiles_for,
+    sandbox::profiles_from_stock,
 };
 use crate::sync::lock;
 
@@ -87,12 +88,19 @@ struct Placed {
     transaction_id: String,
     package_code: String,
     count: u32,
+    /// The ICCID serial of its first profile, the rest following it.
+    first_serial: u64,
     ready_at: Instant,
 }
 
 impl Placed {
     fn profiles(&self) -> Vec<Profile> {
-        profiles_for(&self.transaction_id, self.count, SIM_SMDP)
+        profiles_from_stock(
+            &self.transaction_id,
+            self.first_serial,
+            self.count,
+            SIM_SMDP,
+        )
     }
 }
 
@@ -120,6 +128,8 @@ pub(crate) struct SupplierSim {
     by_transaction: Mutex<HashMap<String, Arc<Placed>>>,
     by_order_no: Mutex<HashMap<String, Arc<Placed>>>,
     by_iccid: Mutex<HashMap<String, (Arc<Placed>, Profile)>>,
+    /// The ICCIDs it issues, in order.
+    stock: IccidStock,
     /// Where `ORDER_STATUS` webhooks go (the notify URL of the account).
     notify_url: Mutex<Option<String>>,
     stats: Stats,
@@ -142,6 +152,7 @@ impl SupplierSim {
             by_transaction: Mutex::default(),
             by_order_no: Mutex::default(),
             by_iccid: Mutex::default(),
+            stock: IccidStock::new(),
             notify_url: Mutex::new(None),
             stats: Stats::default(),
             http: reqwest::Client::new(),
@@ -376,6 +387,7 @@ async fn order(State(sim): State<Arc<SupplierSim>>, headers: HeaderMap, body: By
         transaction_id: transaction_id.clone(),
         package_code: package_code.to_owned(),
         count: count as u32,
+        first_serial: sim.stock.take(count as u32),
         ready_at: Instant::now() + latency,
     });
     lock(&sim.by_transaction).insert(transaction_id.clone(), placed.clone());

@@ -41,13 +41,29 @@ fn unit_number(transaction_id: &str) -> u64 {
         .unwrap_or(1)
 }
 
-/// A deterministic profile for a transaction.
-pub(crate) fn profile_for(transaction_id: &str, smdp: &str) -> Profile {
-    let digest = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
+/// How many ICCID serials there are: 15 digits after `89` and the issuer
+/// `99`, before the check digit.
+pub(crate) const ICCID_SERIALS: u64 = 1_000_000_000_000_000;
+
+/// A deterministic profile for a transaction: its ICCID, matching id and
+/// transaction number all drawn from the transaction id's digest.
+fn profile_for(transaction_id: &str, smdp: &str) -> Profile {
+    let digest = digest_of(transaction_id);
+    let serial = u64::from_be_bytes(digest[..8].try_into().unwrap_or([0; 8])) % ICCID_SERIALS;
+    profile_with_serial(&digest, serial, smdp)
+}
+
+/// SHA-256 of a transaction id (or of a unit's, `<id>#<n>`).
+fn digest_of(transaction_id: &str) -> [u8; 32] {
+    sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
         transaction_id.as_bytes(),
-    ));
-    let serial =
-        u64::from_be_bytes(digest[..8].try_into().unwrap_or([0; 8])) % 1_000_000_000_000_000;
+    ))
+    .into()
+}
+
+/// The profile whose matching id and transaction number come from `digest`
+/// and whose ICCID has `serial`.
+fn profile_with_serial(digest: &[u8; 32], serial: u64, smdp: &str) -> Profile {
     let matching = hex::encode_upper(&digest[8..20]);
     Profile {
         iccid: esim::iccid_from_serial("99", serial),
@@ -60,14 +76,41 @@ pub(crate) fn profile_for(transaction_id: &str, smdp: &str) -> Profile {
     }
 }
 
+/// The id each unit's profile is drawn from: the transaction's own for an
+/// order of one, `<id>#<n>` for the n-th of several.
+fn unit_ids(transaction_id: &str, count: u32) -> Vec<String> {
+    if count <= 1 {
+        return vec![transaction_id.to_owned()];
+    }
+    (1..=count)
+        .map(|n| format!("{transaction_id}#{n}"))
+        .collect()
+}
+
 /// The profiles of a supplier order: one per unit, each a deterministic
 /// function of the transaction id and its place in the order.
 pub(crate) fn profiles_for(transaction_id: &str, count: u32, smdp: &str) -> Vec<Profile> {
-    if count <= 1 {
-        return vec![profile_for(transaction_id, smdp)];
-    }
-    (1..=count)
-        .map(|n| profile_for(&format!("{transaction_id}#{n}"), smdp))
+    unit_ids(transaction_id, count)
+        .iter()
+        .map(|id| profile_for(id, smdp))
+        .collect()
+}
+
+/// The profiles of a supplier order whose ICCIDs a stock issued together,
+/// `first_serial` and the serials after it, one a unit in order; the
+/// matching ids and transaction numbers as [`profiles_for`] draws them.
+pub(crate) fn profiles_from_stock(
+    transaction_id: &str,
+    first_serial: u64,
+    count: u32,
+    smdp: &str,
+) -> Vec<Profile> {
+    (0u64..)
+        .zip(unit_ids(transaction_id, count))
+        .map(|(n, id)| {
+            let serial = (first_serial + n) % ICCID_SERIALS;
+            profile_with_serial(&digest_of(&id), serial, smdp)
+        })
         .collect()
 }
 

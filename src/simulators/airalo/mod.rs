@@ -59,6 +59,7 @@ use serde_json::{Value, json};
 
 use orders::SimOrder;
 
+use crate::simulators::stock::IccidStock;
 use crate::sync::lock;
 
 /// The documented token lifetime (`expires_in`).
@@ -153,6 +154,8 @@ pub(crate) struct AiraloSim {
     by_iccid: Mutex<HashMap<String, Arc<SimOrder>>>,
     /// The next order id.
     next_id: AtomicU64,
+    /// The ICCIDs it issues, in order.
+    stock: IccidStock,
     /// The opted-in async-orders webhook URL.
     webhook_url: Mutex<Option<String>>,
     /// Counters.
@@ -181,6 +184,7 @@ impl AiraloSim {
             by_iccid: Mutex::default(),
             // Order ids of simulators of different nodes do not meet.
             next_id: AtomicU64::new(rand::random_range(1_000_000..9_000_000)),
+            stock: IccidStock::new(),
             webhook_url: Mutex::new(None),
             stats: Stats::default(),
             http: reqwest::Client::builder()

@@ -20,7 +20,7 @@ use super::{
     lock,
     orders::{Package, SIM_SMDP, SimOrder, TEST_INSUFFICIENT_BALANCE, TEST_OUT_OF_STOCK},
 };
-use crate::supplier::sandbox::profiles_for;
+use crate::supplier::sandbox::profiles_from_stock;
 
 /// Most eSIMs one order may carry ("Maximum of 50").
 const MAX_QUANTITY: i64 = 50;
@@ -97,8 +97,9 @@ fn order_request(params: &Map<String, Value>) -> Result<OrderRequest, Box<Respon
 impl AiraloSim {
     /// Takes an order: it is recorded and listed from now on.
     fn take(&self, request: OrderRequest) -> Arc<SimOrder> {
-        let mut profiles = profiles_for(
+        let mut profiles = profiles_from_stock(
             &uuid::Uuid::new_v4().to_string(),
+            self.stock.take(request.quantity),
             request.quantity,
             SIM_SMDP,
         );
