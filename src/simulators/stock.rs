@@ -2,10 +2,11 @@
 //! range, the profiles of one order next to each other (the two profiles of
 //! eSIM Access's own query example, `tests/fixtures/esim_access/`, are
 //! 8943108170000775671 and 8943108170000775689, serials 77567 and 77568).
-//! The simulators used to draw each ICCID from a digest of its transaction,
-//! which scattered them over the whole range: every profile the service
-//! stored then landed on a page of its own in the index of ICCIDs, where a
-//! real supplier's, issued in order, land together.
+//! Drawn from a digest of each transaction instead (as the sandbox supplier
+//! draws them), they would scatter over the whole range, and every profile
+//! the service stores would land on a page of its own in the index of
+//! ICCIDs, where a real supplier's, issued in order, land together: a cost
+//! of the stand-in that a benchmark would count as the service's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
