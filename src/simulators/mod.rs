@@ -3,7 +3,7 @@
 
 pub(crate) mod airalo;
 pub(crate) mod payments;
-pub(crate) mod stock;
+mod stock;
 pub(crate) mod supplier;
 
 use std::sync::Arc;

@@ -28,7 +28,7 @@ impl IccidStock {
     }
 
     /// A stock whose next serial is `serial`.
-    pub(crate) fn starting_at(serial: u64) -> Self {
+    fn starting_at(serial: u64) -> Self {
         Self {
             next: AtomicU64::new(serial),
         }
