@@ -98,18 +98,20 @@ async fn partner_requests_and_every_settled_order_name_the_partner() {
     assert_eq!(failed["failure_code"], "supplier_error", "{failed}");
 
     let lines = serve.terminate().await;
-    // Its refund, the line before: the same names for the same things.
-    let refund = lines
+    let parsed: Vec<Value> = lines
         .iter()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    // Its refund, the line before: the same names for the same things.
+    let refund = parsed
+        .iter()
         .find(|line| line["message"] == "units refunded" && line["order_id"] == refunded.as_str())
         .unwrap_or_else(|| panic!("no `units refunded` line of the order: {lines:?}"));
     assert_eq!(refund["partner_id"], partner_id.as_str(), "{refund}");
     assert_eq!(refund["units"], 1, "{refund}");
     assert_eq!(refund["failure_code"], "supplier_error", "{refund}");
-    let accepted: Vec<Value> = lines
+    let accepted: Vec<&Value> = parsed
         .iter()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|line| {
             line["message"] == "request finished" && line["span"]["route"] == "/partner/v1/orders"
         })
@@ -120,9 +122,8 @@ async fn partner_requests_and_every_settled_order_name_the_partner() {
         assert_eq!(line["partner_id"], partner_id.as_str(), "{line}");
         assert_eq!(line["key_id"], key["id"], "{line}");
     }
-    let refusal = lines
+    let refusal = parsed
         .iter()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .find(|line| line["message"] == "request finished" && line["status"] == 403)
         .unwrap_or_else(|| panic!("no access line of the refusal: {lines:?}"));
     assert_eq!(refusal["partner_id"], partner_id.as_str(), "{refusal}");
