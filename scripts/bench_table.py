@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Reads the JSON lines `scripts/bench.sh orders` prints and writes the run
+as the Markdown table docs/benchmarks.md keeps: one row per database and
+partner count, over every drive of it.
+
+    scripts/bench.sh orders | tee run.jsonl
+    python3 scripts/bench_table.py run.jsonl           # or lines on stdin
+    python3 scripts/bench_table.py --by build a.jsonl  # a table per build
+
+A line may also be wrapped as `{"build": ..., "line": {...}}` (how the
+run files in docs/benchmarks/ keep alternated builds apart); `--by` names
+the wrapper's field that splits the table. Lines of other kinds (profiles,
+statements) are skipped.
+
+Each cell is the mean over the drives with their range in brackets. `x one`
+is the row's mean against the same database's one-partner mean of the same
+table. CPU is the server's an accepted and settled order, then PostgreSQL's
+own after a `+`. The footer gives `GET /balance` and the naive
+one-transaction-per-order loop of the same lines, and how many drives kept
+the money (`verify` after each).
+
+`--self-test` checks the arithmetic on lines made up here.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+
+def unwrap(record):
+    """The bench line a record carries, and the record it came in."""
+    if isinstance(record.get("line"), dict):
+        return record["line"], record
+    return record, record
+
+
+def spread(values, digits=0):
+    """`mean (min-max)`, or the one value; rounded to `digits`."""
+    shown = [v for v in values if v is not None]
+    if not shown:
+        return ""
+    fmt = f"{{:,.{digits}f}}"
+    mean = fmt.format(statistics.fmean(shown))
+    if len(shown) == 1 or min(shown) == max(shown):
+        return mean
+    return f"{mean} ({fmt.format(min(shown))}-{fmt.format(max(shown))})"
+
+
+def span(values, digits=0):
+    """`min-max`, or the one value."""
+    shown = [v for v in values if v is not None]
+    if not shown:
+        return ""
+    fmt = f"{{:,.{digits}f}}"
+    low, high = fmt.format(min(shown)), fmt.format(max(shown))
+    return low if low == high else f"{low}-{high}"
+
+
+class Table:
+    """The drives of one table, grouped by what each line measured."""
+
+    def __init__(self):
+        self.orders = defaultdict(list)
+        self.balance = defaultdict(list)
+        self.naive = defaultdict(list)
+
+    def add(self, line):
+        database = line.get("database")
+        result = line.get("result") or {}
+        if "partners" in line and "accepted_per_second" in result:
+            self.orders[(database, line["partners"])].append(line)
+        elif line.get("read") == "/balance":
+            self.balance[database].append(result.get("requests_per_second"))
+        elif "baseline" in line and "orders_per_second" in line:
+            self.naive[database].append(line["orders_per_second"])
+
+    def one_partner_mean(self, database):
+        drives = self.orders.get((database, 1), [])
+        rates = [d["result"]["accepted_per_second"] for d in drives]
+        return statistics.fmean(rates) if rates else None
+
+    def row(self, database, partners):
+        drives = self.orders[(database, partners)]
+        rates = [d["result"]["accepted_per_second"] for d in drives]
+        one = self.one_partner_mean(database)
+        ratio = f"{statistics.fmean(rates) / one:.2f}" if one and partners != 1 else ""
+        cpu = span([d.get("server_cpu_us_per_accepted_and_settled_order") for d in drives])
+        pg = span([d.get("postgres_cpu_us_per_accepted_and_settled_order") for d in drives])
+        held = sum(1 for d in drives if d.get("money_invariants_held") is True)
+        cells = [
+            database,
+            f"{partners:,}",
+            str(len(drives)),
+            spread(rates),
+            ratio,
+            span([d["result"].get("p99_ms") for d in drives], 1),
+            f"{cpu} + {pg}" if pg else cpu,
+            spread([d.get("disk_kib_written_per_order") for d in drives], 1),
+            span([d.get("seconds_to_settle_after_the_run") for d in drives]),
+            f"{held}/{len(drives)}",
+        ]
+        return "| " + " | ".join(cells) + " |"
+
+    def markdown(self):
+        head = [
+            "| database | partners | drives | accepted orders/s | x one | p99 ms "
+            "| CPU µs an order | KiB written an order | settled after (s) | money held |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        rows = [self.row(db, n) for db, n in sorted(self.orders, key=order_key)]
+        foot = []
+        for database in sorted(set(self.balance) | set(self.naive), key=lambda d: order_key((d, 0))):
+            parts = []
+            if self.balance.get(database):
+                parts.append(f"`GET /balance` {spread(self.balance[database])} req/s")
+            if self.naive.get(database):
+                parts.append(f"the naive loop {spread(self.naive[database])} orders/s")
+            foot.append(f"- {database}: " + "; ".join(parts))
+        return "\n".join(head + rows + ([""] + foot if foot else []))
+
+
+def order_key(key):
+    database, partners = key
+    return (0 if database == "sqlite" else 1, database or "", partners)
+
+
+def tables(records, by):
+    """The tables of `records`, keyed by the wrapper's `by` field."""
+    split = defaultdict(Table)
+    for record in records:
+        line, wrapper = unwrap(record)
+        split[str(wrapper.get(by, "")) if by else ""].add(line)
+    return split
+
+
+def read_records(paths):
+    streams = [open(p, encoding="utf-8") for p in paths] or [sys.stdin]
+    for stream in streams:
+        for text in stream:
+            text = text.strip()
+            if not text.startswith("{"):
+                continue  # bench.sh's own words between its lines
+            try:
+                yield json.loads(text)
+            except json.JSONDecodeError:
+                continue
+
+
+def self_test():
+    def order(db, partners, rate, cpu, pg=None, money=True):
+        return {
+            "database": db, "partners": partners,
+            "result": {"accepted_per_second": rate, "p99_ms": 10.0 + partners / 100},
+            "server_cpu_us_per_accepted_and_settled_order": cpu,
+            "postgres_cpu_us_per_accepted_and_settled_order": pg,
+            "disk_kib_written_per_order": 10.0, "seconds_to_settle_after_the_run": 0,
+            "money_invariants_held": money,
+        }
+
+    records = [
+        {"build": "a", "line": order("sqlite", 1, 10000, 100)},
+        {"build": "a", "line": order("sqlite", 1, 12000, 110)},
+        {"build": "a", "line": order("sqlite", 100, 5500, 150, money=False)},
+        {"build": "a", "line": order("postgres", 1, 5000, 120, 180)},
+        {"build": "a", "line": {"database": "sqlite", "read": "/balance",
+                                 "result": {"requests_per_second": 40000}}},
+        {"build": "a", "line": {"database": "sqlite", "baseline": "naive",
+                                 "orders_per_second": 1800}},
+        {"build": "b", "line": order("sqlite", 1, 9000, 130)},
+        {"build": "a", "line": {"statement": "UPDATE", "calls": 1}},
+    ]
+    split = tables(records, "build")
+    assert sorted(split) == ["a", "b"], split.keys()
+    text = split["a"].markdown()
+    lines = text.splitlines()
+    assert lines[2] == ("| sqlite | 1 | 2 | 11,000 (10,000-12,000) |  | 10.0 | 100-110 "
+                        "| 10.0 | 0 | 2/2 |"), lines[2]
+    assert lines[3].startswith("| sqlite | 100 | 1 | 5,500 | 0.50 | 11.0 | 150 |"), lines[3]
+    assert lines[3].endswith("| 0/1 |"), lines[3]
+    assert lines[4].startswith("| postgres | 1 | 1 | 5,000 |  | 10.0 | 120 + 180 |"), lines[4]
+    assert "- sqlite: `GET /balance` 40,000 req/s; the naive loop 1,800 orders/s" in text, text
+    assert "9,000" not in text, "build b's drive leaked into build a's table"
+    assert len(lines) == 7, lines
+    print("bench_table self-test passed")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", help="JSON lines files (stdin if none)")
+    parser.add_argument("--by", help="the wrapper's field that splits the table (build, round)")
+    parser.add_argument("--self-test", action="store_true", help="check the arithmetic and exit")
+    args = parser.parse_args()
+    if args.self_test:
+        self_test()
+        return
+    split = tables(read_records(args.files), args.by)
+    for name in sorted(split):
+        if args.by:
+            print(f"\n{args.by} {name}\n")
+        print(split[name].markdown())
+
+
+if __name__ == "__main__":
+    main()
