@@ -5,8 +5,8 @@
 # partner and many partners, and read throughput. Prints one JSON line per run.
 #
 #   scripts/bench.sh            everything below
-#   scripts/bench.sh orders     wrk with 1, 100 and 1000 partners and the naive loop
-#                               side by side, per database, against the service's
+#   scripts/bench.sh orders     wrk with 1, 100 and 1000 partners, each beside the
+#                               naive loop with as many, per database, against the service's
 #                               default settings (only the limits lifted), with the
 #                               simulators in their own process (`simulate`);
 #                               after each drive settles, the money is checked in
@@ -247,6 +247,41 @@ balance_drive() { # balance_drive <database kind> <keys file>
   steal=$(ticks_percent "$before" "$(machine_ticks)" 3)
   echo "{\"database\":\"$1\",\"read\":\"/balance\",\"log_level\":\"$LOG_LEVEL\",\"log_format\":\"$LOG_FORMAT\",\"result\":$result,\"machine_steal_percent\":$steal}"
 }
+# CPU milliseconds a shell's waited-for children had used, user and system
+# together, from what its `times` builtin wrote to <file> (the second line).
+# `times` must run in the shell whose children count, not in a command
+# substitution, which is a shell of its own.
+children_cpu_ms() { # children_cpu_ms <file>
+  awk 'NR == 2 {ms = 0; for (i = 1; i <= 2; i++) {split($i, t, /[ms]/); ms += (t[1] * 60 + t[2]) * 1000} printf "%.0f", ms}' "$1"
+}
+# The naive loop's CPU and PostgreSQL's over one run of it, in ms:
+# naive_run <database url> <partners> <seconds>; its line goes to
+# $work/naive-line.
+naive_run() {
+  local url="${1/DB/naive-$RANDOM}" pg_before pg_after
+  create_db "$url"
+  times > "$work/times-before"; pg_before=$(pg_ticks)
+  "$CARGO_TARGET_DIR/release/naive-orders" --url "$url" --concurrency "$CONCURRENCY" \
+    --duration "$3" --partners "$2" > "$work/naive-line"
+  times > "$work/times-after"; pg_after=$(pg_ticks)
+  drop_db "$url"
+  echo "$(( $(children_cpu_ms "$work/times-after") - $(children_cpu_ms "$work/times-before") ))" \
+    "$(( (pg_after - pg_before) * 1000 / $(getconf CLK_TCK) ))"
+}
+# The naive loop at <partners>, on a database of its own: its line, with
+# its own CPU an order and (on PostgreSQL) the database's. A run of no
+# seconds first takes what its setup costs (the migrations, a thousand
+# partners made and funded), so the figures are the loop's alone.
+naive_drive() { # naive_drive <database url with DB> <partners>
+  local setup_cpu setup_pg cpu pg
+  read -r setup_cpu setup_pg <<< "$(naive_run "$1" "$2" 0)"
+  read -r cpu pg <<< "$(naive_run "$1" "$2" "$DURATION")"
+  jq -c --argjson cpu "$((cpu - setup_cpu))" --argjson pg "$((pg - setup_pg))" --arg kind "${1%%:*}" \
+    '(.orders | if . > 0 then . else 1 end) as $n
+     | . + {naive_cpu_us_per_order: ($cpu * 1000 / $n | round),
+            postgres_cpu_us_per_order: (if $kind == "postgres" then ($pg * 1000 / $n | round) else null end)}' \
+    "$work/naive-line"
+}
 money_broken=0
 orders_side_by_side() {
   cargo build --release -q -p naive-orders
@@ -290,11 +325,8 @@ orders_side_by_side() {
       if [ "$partners" = 1 ]; then balance_drive "$kind" "$keys"; fi
       stop_server
       drop_db "$url"
+      naive_drive "$database" "$partners"
     done
-    local naive="${database/DB/naive-$RANDOM}"
-    create_db "$naive"
-    "$CARGO_TARGET_DIR/release/naive-orders" --url "$naive" --concurrency "$CONCURRENCY" --duration "$DURATION"
-    drop_db "$naive"
   done
   stop_all
   # Every drive ran; a broken invariant still fails the run.

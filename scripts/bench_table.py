@@ -15,9 +15,12 @@ statements) are skipped.
 Each cell is the mean over the drives with their range in brackets. `x one`
 is the row's mean against the same database's one-partner mean of the same
 table. CPU is the server's an accepted and settled order, then PostgreSQL's
-own after a `+`. The footer gives `GET /balance` and the naive
-one-transaction-per-order loop of the same lines, and how many drives kept
-the money (`verify` after each).
+own after a `+` (the same for the naive loop, whose lines carry them since
+the sixtieth run). `money held` counts the drives whose money held (`verify`
+after each). The naive one-transaction-per-order loop is shown at the
+row's partner count (lines without `partners`, from before the loop took
+them, count as one partner), and `x naive` is the service's mean against
+it. The footer gives `GET /balance`.
 
 `--self-test` checks the arithmetic on lines made up here.
 """
@@ -74,7 +77,7 @@ class Table:
         elif line.get("read") == "/balance":
             self.balance[database].append(result.get("requests_per_second"))
         elif "baseline" in line and "orders_per_second" in line:
-            self.naive[database].append(line["orders_per_second"])
+            self.naive[(database, line.get("partners", 1))].append(line)
 
     def one_partner_mean(self, database):
         drives = self.orders.get((database, 1), [])
@@ -89,6 +92,11 @@ class Table:
         cpu = span([d.get("server_cpu_us_per_accepted_and_settled_order") for d in drives])
         pg = span([d.get("postgres_cpu_us_per_accepted_and_settled_order") for d in drives])
         held = sum(1 for d in drives if d.get("money_invariants_held") is True)
+        naive_lines = self.naive.get((database, partners), [])
+        naive = [n["orders_per_second"] for n in naive_lines]
+        times = f"{statistics.fmean(rates) / statistics.fmean(naive):.1f}" if naive else ""
+        naive_cpu = span([n.get("naive_cpu_us_per_order") for n in naive_lines])
+        naive_pg = span([n.get("postgres_cpu_us_per_order") for n in naive_lines])
         cells = [
             database,
             f"{partners:,}",
@@ -100,24 +108,24 @@ class Table:
             spread([d.get("disk_kib_written_per_order") for d in drives], 1),
             span([d.get("seconds_to_settle_after_the_run") for d in drives]),
             f"{held}/{len(drives)}",
+            spread(naive),
+            f"{naive_cpu} + {naive_pg}" if naive_pg else naive_cpu,
+            times,
         ]
         return "| " + " | ".join(cells) + " |"
 
     def markdown(self):
         head = [
             "| database | partners | drives | accepted orders/s | x one | p99 ms "
-            "| CPU µs an order | KiB written an order | settled after (s) | money held |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| CPU µs an order | KiB written an order | settled after (s) | money held "
+            "| naive loop orders/s | its CPU µs an order | x naive |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         rows = [self.row(db, n) for db, n in sorted(self.orders, key=order_key)]
-        foot = []
-        for database in sorted(set(self.balance) | set(self.naive), key=lambda d: order_key((d, 0))):
-            parts = []
-            if self.balance.get(database):
-                parts.append(f"`GET /balance` {spread(self.balance[database])} req/s")
-            if self.naive.get(database):
-                parts.append(f"the naive loop {spread(self.naive[database])} orders/s")
-            foot.append(f"- {database}: " + "; ".join(parts))
+        foot = [
+            f"- {database}: `GET /balance` {spread(self.balance[database])} req/s"
+            for database in sorted(self.balance, key=lambda d: order_key((d, 0)))
+        ]
         return "\n".join(head + rows + ([""] + foot if foot else []))
 
 
@@ -167,7 +175,9 @@ def self_test():
         {"build": "a", "line": {"database": "sqlite", "read": "/balance",
                                  "result": {"requests_per_second": 40000}}},
         {"build": "a", "line": {"database": "sqlite", "baseline": "naive",
-                                 "orders_per_second": 1800}},
+                                 "orders_per_second": 2000}},
+        {"build": "a", "line": {"database": "sqlite", "baseline": "naive", "partners": 100,
+                                 "orders_per_second": 1100, "naive_cpu_us_per_order": 480}},
         {"build": "b", "line": order("sqlite", 1, 9000, 130)},
         {"build": "a", "line": {"statement": "UPDATE", "calls": 1}},
     ]
@@ -176,11 +186,12 @@ def self_test():
     text = split["a"].markdown()
     lines = text.splitlines()
     assert lines[2] == ("| sqlite | 1 | 2 | 11,000 (10,000-12,000) |  | 10.0 | 100-110 "
-                        "| 10.0 | 0 | 2/2 |"), lines[2]
+                        "| 10.0 | 0 | 2/2 | 2,000 |  | 5.5 |"), lines[2]
     assert lines[3].startswith("| sqlite | 100 | 1 | 5,500 | 0.50 | 11.0 | 150 |"), lines[3]
-    assert lines[3].endswith("| 0/1 |"), lines[3]
+    assert lines[3].endswith("| 0/1 | 1,100 | 480 | 5.0 |"), lines[3]
     assert lines[4].startswith("| postgres | 1 | 1 | 5,000 |  | 10.0 | 120 + 180 |"), lines[4]
-    assert "- sqlite: `GET /balance` 40,000 req/s; the naive loop 1,800 orders/s" in text, text
+    assert lines[4].endswith("| 1/1 |  |  |  |"), lines[4]
+    assert lines[6] == "- sqlite: `GET /balance` 40,000 req/s", text
     assert "9,000" not in text, "build b's drive leaked into build a's table"
     assert len(lines) == 7, lines
     print("bench_table self-test passed")

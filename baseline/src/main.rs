@@ -2,10 +2,12 @@
 //! order, no HTTP, no actors, no batching. Each of `--concurrency` tasks
 //! loops: begin, debit the float and write the order, its unit, its key and
 //! its purchase row (the service's own store code, with a batch of one),
-//! commit. `scripts/bench.sh` runs it beside the service in the same run.
+//! commit. Each order's partner is drawn at random from `--partners`, as
+//! `scripts/bench.sh` draws each request's, and the script runs the loop
+//! beside the service at each partner count of the same run.
 //!
 //! ```text
-//! cargo run --release -p naive-orders -- --url 'sqlite:///tmp/naive.db?mode=rwc'
+//! cargo run --release -p naive-orders -- --url 'sqlite:///tmp/naive.db?mode=rwc' --partners 100
 //! ```
 
 use std::{
@@ -39,6 +41,9 @@ struct Args {
     /// Seconds the loop runs.
     #[arg(long, default_value_t = 10)]
     duration: u64,
+    /// Partners, each with a funded live float; every order draws its own.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    partners: u32,
 }
 
 #[tokio::main]
@@ -52,46 +57,26 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
     store::migrate(&db).await?;
-    let partner = create(
-        &db,
-        NewPartner {
-            name: "Naive".into(),
-            slug: format!("naive-{}", uuid::Uuid::now_v7().simple()),
-            status: entities::states::AccountStatus::Live,
-            tier: "gold".into(),
-            discount_override_bps: None,
-            low_balance_threshold_cents: 0,
-            sandbox_float_cents: 0,
-        },
-        Utc::now(),
-    )
-    .await?
-    .partner;
-    // Fund the live float with far more than the run can spend.
-    let txn = store::begin_write(&db).await?;
-    store::orders::move_money(
-        &txn,
-        &partner.id,
-        esim_reseller::domain::partner::Mode::Live,
-        1_000_000_000_000,
-        Utc::now(),
-    )
-    .await?;
-    txn.commit().await?;
+    let mut partners = Vec::with_capacity(args.partners as usize);
+    for _ in 0..args.partners {
+        partners.push(funded_partner(&db).await?);
+    }
+    let partners = Arc::new(partners);
 
     let histogram = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
     let ends = Instant::now() + Duration::from_secs(args.duration);
     let started = Instant::now();
     let tasks: Vec<_> = (0..args.concurrency)
         .map(|task| {
-            let (db, partner_id, histogram) = (db.clone(), partner.id.clone(), histogram.clone());
+            let (db, partners, histogram) = (db.clone(), partners.clone(), histogram.clone());
             tokio::spawn(async move {
                 let mut done = 0u64;
                 while Instant::now() < ends {
                     let began = Instant::now();
+                    let partner_id = &partners[rand::random_range(0..partners.len())];
                     let new = NewOrder {
                         order: std::sync::Arc::new(order_of(
-                            &partner_id,
+                            partner_id,
                             &format!("naive-{task}-{done}-key"),
                         )),
                         fingerprint: "naive".into(),
@@ -127,6 +112,7 @@ async fn main() -> anyhow::Result<()> {
         serde_json::json!({
             "baseline": "naive: one transaction per order, no HTTP",
             "database": args.url.split(':').next(),
+            "partners": args.partners,
             "concurrency": args.concurrency,
             "orders": orders,
             "seconds": (seconds * 100.0).round() / 100.0,
@@ -136,6 +122,37 @@ async fn main() -> anyhow::Result<()> {
         })
     );
     Ok(())
+}
+
+/// A new gold partner whose live float holds far more than a run can
+/// spend; its id.
+async fn funded_partner(db: &store::Db) -> anyhow::Result<String> {
+    let partner = create(
+        db,
+        NewPartner {
+            name: "Naive".into(),
+            slug: format!("naive-{}", uuid::Uuid::now_v7().simple()),
+            status: entities::states::AccountStatus::Live,
+            tier: "gold".into(),
+            discount_override_bps: None,
+            low_balance_threshold_cents: 0,
+            sandbox_float_cents: 0,
+        },
+        Utc::now(),
+    )
+    .await?
+    .partner;
+    let txn = store::begin_write(db).await?;
+    store::orders::move_money(
+        &txn,
+        &partner.id,
+        esim_reseller::domain::partner::Mode::Live,
+        1_000_000_000_000,
+        Utc::now(),
+    )
+    .await?;
+    txn.commit().await?;
+    Ok(partner.id)
 }
 
 /// One live order of one unit, priced as the gold tier pays for the plan.
