@@ -12,7 +12,8 @@ run files in docs/benchmarks/ keep alternated builds apart); `--by` names
 the wrapper's field that splits the table. Lines of other kinds (profiles,
 statements) are skipped.
 
-Each cell is the mean over the drives with their range in brackets. `x one`
+Orders/s and KiB written are the mean over the drives with their range in
+brackets; p99, CPU and seconds to settle are their range. `x one`
 is the row's mean against the same database's one-partner mean of the same
 table. CPU is the server's an accepted and settled order, then PostgreSQL's
 own after a `+` (the same for the naive loop, whose lines carry them since
