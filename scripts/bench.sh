@@ -13,7 +13,8 @@
 #                               place (`verify`)
 #   scripts/bench.sh profile    the same load (PROFILE_PARTNERS partners, 100) under
 #                               perf: where the time goes (CALL_GRAPH=dwarf for
-#                               whole call stacks)
+#                               whole call stacks; PROFILE_ALL=1 records every
+#                               process, the database and the idle machine too)
 #   scripts/bench.sh instructions
 #                               the server under valgrind's callgrind, SQLite:
 #                               instructions per GET /balance and per accepted and
@@ -348,11 +349,16 @@ profile_orders() {
     # build; CALL_GRAPH=dwarf unwinds whole stacks, at 199 Hz to keep the file small.
     local sampling=(-F 499 -g)
     if [ "${CALL_GRAPH:-}" = dwarf ]; then sampling=(-F 199 --call-graph dwarf,32768); fi
-    perf record "${sampling[@]}" -p "$server" -o "$work/perf-$kind.data" -- sleep "$DURATION" 2>/dev/null &
+    # PROFILE_ALL=1 records every process (the database, wrk, the idle
+    # kernel too), so a drive's whole machine shows side by side.
+    local scope=(-p "$server")
+    if [ "${PROFILE_ALL:-}" = 1 ]; then scope=(-a); fi
+    perf record "${sampling[@]}" "${scope[@]}" -o "$work/perf-$kind.data" -- sleep "$DURATION" 2>/dev/null &
     local recorder=$!
     KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 | tail -1
     wait "$recorder" || true
     echo "settled $(wait_settled) s after the run"
+    local server_pid=$server
     stop_server
     drop_db "$url"
     echo "== $kind: samples by thread"
@@ -361,6 +367,18 @@ profile_orders() {
     perf report -i "$work/perf-$kind.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -8 || true
     echo "== $kind: top symbols"
     perf report -i "$work/perf-$kind.data" --no-children --sort sym --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -25 || true
+    if [ "${PROFILE_ALL:-}" = 1 ]; then
+      # Samples, not shares: at perf's 499 Hz a sample is about 2 ms of one
+      # processor, so samples x 2004 / orders is µs an order.
+      echo "== $kind: samples by command, user and kernel side"
+      perf report -i "$work/perf-$kind.data" --no-children -n --sort comm,dso --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -20 || true
+      echo "== $kind: the server's top symbols"
+      perf report -i "$work/perf-$kind.data" --no-children -n --pid "$server_pid" --sort dso,sym --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -25 || true
+      if [[ "$url" == postgres* ]]; then
+        echo "== $kind: PostgreSQL's top symbols"
+        perf report -i "$work/perf-$kind.data" --no-children -n --comms postgres --sort dso,sym --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -25 || true
+      fi
+    fi
   done
   stop_all
 }
