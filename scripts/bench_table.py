@@ -40,26 +40,27 @@ def unwrap(record):
     return record, record
 
 
-def spread(values, digits=0):
-    """`mean (min-max)`, or the one value; rounded to `digits`."""
-    shown = [v for v in values if v is not None]
-    if not shown:
-        return ""
-    fmt = f"{{:,.{digits}f}}"
-    mean = fmt.format(statistics.fmean(shown))
-    if len(shown) == 1 or min(shown) == max(shown):
-        return mean
-    return f"{mean} ({fmt.format(min(shown))}-{fmt.format(max(shown))})"
+def number(value, digits):
+    """`value` with thousands separators, rounded to `digits`."""
+    return f"{value:,.{digits}f}"
 
 
 def span(values, digits=0):
-    """`min-max`, or the one value."""
+    """`min-max`, or the one value; rounded to `digits`."""
     shown = [v for v in values if v is not None]
     if not shown:
         return ""
-    fmt = f"{{:,.{digits}f}}"
-    low, high = fmt.format(min(shown)), fmt.format(max(shown))
+    low, high = number(min(shown), digits), number(max(shown), digits)
     return low if low == high else f"{low}-{high}"
+
+
+def spread(values, digits=0):
+    """`mean (min-max)`, or the mean alone when the range shows one value."""
+    shown = [v for v in values if v is not None]
+    if not shown:
+        return ""
+    mean, ranged = number(statistics.fmean(shown), digits), span(shown, digits)
+    return mean if ranged == number(min(shown), digits) else f"{mean} ({ranged})"
 
 
 class Table:
@@ -144,17 +145,25 @@ def tables(records, by):
     return split
 
 
+def records_of(stream):
+    """The JSON objects among a stream's lines (bench.sh's own words between
+    them, and anything else not JSON, skipped)."""
+    for text in stream:
+        text = text.strip()
+        if not text.startswith("{"):
+            continue
+        try:
+            yield json.loads(text)
+        except json.JSONDecodeError:
+            continue
+
+
 def read_records(paths):
-    streams = [open(p, encoding="utf-8") for p in paths] or [sys.stdin]
-    for stream in streams:
-        for text in stream:
-            text = text.strip()
-            if not text.startswith("{"):
-                continue  # bench.sh's own words between its lines
-            try:
-                yield json.loads(text)
-            except json.JSONDecodeError:
-                continue
+    if not paths:
+        yield from records_of(sys.stdin)
+    for path in paths:
+        with open(path, encoding="utf-8") as stream:
+            yield from records_of(stream)
 
 
 def self_test():
