@@ -208,8 +208,7 @@ pub(crate) async fn failed_attempt(
         .col_expr(supplier_order::Column::LastError, Expr::value(Some(error)))
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
         .filter(supplier_order::Column::Id.eq(id));
-    write_alone(db, update.exec(db)).await?;
-    Ok(get(db, id).await?.map(|row| row.attempts).unwrap_or(0))
+    update_returning(db, update, supplier_order::Column::Attempts).await
 }
 
 /// Counts a placement call about to be sent (`by` = 1), or takes one back
@@ -242,8 +241,26 @@ pub(crate) async fn count_sent(
             return Ok(after.first().copied().unwrap_or(0));
         }
     }
-    write_alone(db, update.exec(db)).await?;
-    Ok(get(db, id).await?.map(|row| row.calls_sent).unwrap_or(0))
+    update_returning(db, update, supplier_order::Column::CallsSent).await
+}
+
+/// Runs `update` of one supplier order alone and returns `column` as the
+/// update left it (0 when no row matched), read back by the statement
+/// itself (`RETURNING`, on PostgreSQL and SQLite alike): one statement and
+/// one connection taken from the pool, where a read after the update took
+/// two of each.
+async fn update_returning(
+    db: &Db,
+    update: UpdateMany<supplier_order::Entity>,
+    column: supplier_order::Column,
+) -> Result<i32, DbErr> {
+    let mut query = update.into_query();
+    query.returning_col(column);
+    let statement = db.get_database_backend().build(&query);
+    match write_alone(db, db.query_one_raw(statement)).await? {
+        Some(row) => row.try_get_by_index(0),
+        None => Ok(0),
+    }
 }
 
 /// Runs a bookkeeping update of one supplier order: on a SQLite file as a
@@ -337,4 +354,51 @@ pub(crate) async fn supplier_of_unit<C: ConnectionTrait>(
         return Ok(None);
     };
     Ok(get(db, &txn).await?.map(|row| row.supplier))
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use entities::supplier_order;
+    use sea_orm::{ActiveModelTrait, IntoActiveModel};
+
+    use super::{count_sent, failed_attempt, get};
+    use crate::store::{Db, fixtures::supplier_row, tests};
+
+    /// Through the pool (no inline writer), the call counts and attempts are
+    /// the values the update itself left, and 0 for a supplier order that
+    /// does not exist.
+    async fn assert_counts_read_back_by_the_update(db: &Db) {
+        supplier_row("K1", 1)
+            .into_active_model()
+            .insert(db)
+            .await
+            .unwrap();
+        let now = Utc::now();
+        assert_eq!(count_sent(db, None, "K1", 1, now).await.unwrap(), 1);
+        assert_eq!(count_sent(db, None, "K1", 1, now).await.unwrap(), 2);
+        assert_eq!(count_sent(db, None, "K1", -1, now).await.unwrap(), 1);
+        assert_eq!(count_sent(db, None, "none", 1, now).await.unwrap(), 0);
+        assert_eq!(failed_attempt(db, "K1", "timed out", now).await.unwrap(), 1);
+        assert_eq!(failed_attempt(db, "K1", "refused", now).await.unwrap(), 2);
+        assert_eq!(failed_attempt(db, "none", "x", now).await.unwrap(), 0);
+        let row: supplier_order::Model = get(db, "K1").await.unwrap().unwrap();
+        assert_eq!((row.calls_sent, row.attempts), (1, 2));
+        assert_eq!(row.last_error.as_deref(), Some("refused"));
+    }
+
+    #[tokio::test]
+    async fn counts_read_back_by_the_update_on_sqlite() {
+        let (_dir, db) = tests::sqlite_file_db("counts.db", 2).await;
+        crate::store::migrate(&db).await.unwrap();
+        assert_counts_read_back_by_the_update(&db).await;
+    }
+
+    #[tokio::test]
+    async fn counts_read_back_by_the_update_on_postgres() {
+        tests::on_own_postgres("esim_counts", |db| async move {
+            assert_counts_read_back_by_the_update(&db).await
+        })
+        .await;
+    }
 }
