@@ -45,6 +45,9 @@
 # set: a line per request; LOG_LEVEL=warn measures without it, the default
 # here before the fifty-seventh run); LOG_FORMAT its log.format (pretty
 # unless set; json for shippers).
+# BENCH_BIN runs another build's server (a binary built from another
+# commit) in place of this tree's, for builds alternated round by round;
+# NAIVE=0 leaves the naive loop out of `orders`.
 # PG_SOCKET=/var/run/postgresql has the service reach PostgreSQL through its
 # Unix socket in that folder (PG_URL's port names the socket), not over TCP.
 # PG_DATABASE_OPTIONS is appended to each drive's CREATE DATABASE, for a
@@ -61,7 +64,7 @@ LOG_LEVEL="${LOG_LEVEL:-info}"
 LOG_FORMAT="${LOG_FORMAT:-pretty}"
 PG_URL="${PG_URL:-postgres://postgres@127.0.0.1:5432}"
 cargo build --release -q
-bin="$CARGO_TARGET_DIR/release/esim-reseller"
+bin="${BENCH_BIN:-$CARGO_TARGET_DIR/release/esim-reseller}"
 work=$(mktemp -d)
 server=""
 sims=""
@@ -326,7 +329,7 @@ orders_side_by_side() {
       if [ "$partners" = 1 ]; then balance_drive "$kind" "$keys"; fi
       stop_server
       drop_db "$url"
-      naive_drive "$database" "$partners"
+      if [ "${NAIVE:-1}" != 0 ]; then naive_drive "$database" "$partners"; fi
     done
   done
   stop_all
