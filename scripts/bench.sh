@@ -46,7 +46,8 @@
 # here before the fifty-seventh run); LOG_FORMAT its log.format (pretty
 # unless set; json for shippers).
 # BENCH_BIN runs another build's server (a binary built from another
-# commit) in place of this tree's, for builds alternated round by round;
+# commit) in place of this tree's, which is then not built, for builds
+# alternated round by round;
 # NAIVE=0 leaves the naive loop out of `orders`.
 # PG_SOCKET=/var/run/postgresql has the service reach PostgreSQL through its
 # Unix socket in that folder (PG_URL's port names the socket), not over TCP.
@@ -63,7 +64,8 @@ export QUANTITY="${QUANTITY:-1}"
 LOG_LEVEL="${LOG_LEVEL:-info}"
 LOG_FORMAT="${LOG_FORMAT:-pretty}"
 PG_URL="${PG_URL:-postgres://postgres@127.0.0.1:5432}"
-cargo build --release -q
+# A binary named by BENCH_BIN is run as it is: nothing of this tree is built for it.
+if [ -z "${BENCH_BIN:-}" ]; then cargo build --release -q; fi
 bin="${BENCH_BIN:-$CARGO_TARGET_DIR/release/esim-reseller}"
 work=$(mktemp -d)
 server=""
@@ -288,7 +290,7 @@ naive_drive() { # naive_drive <database url with DB> <partners>
 }
 money_broken=0
 orders_side_by_side() {
-  cargo build --release -q -p naive-orders
+  if [ "${NAIVE:-1}" != 0 ]; then cargo build --release -q -p naive-orders; fi
   start_simulators
   for database in "${databases[@]}"; do
     for partners in ${PARTNER_COUNTS:-1 100 1000}; do

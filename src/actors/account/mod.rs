@@ -40,18 +40,17 @@ use crate::{
 
 mod authority;
 mod batch;
+mod keys;
 mod money;
 mod review;
 
 pub(crate) use authority::Authority;
+use keys::LiveAccount;
+pub(crate) use keys::LiveAccounts;
 
 use batch::flush;
 use money::{apply_movement, credit_deposit, refund, set_sandbox_float, wire_deposit};
 use review::approve_review;
-
-/// Keys remembered in memory per account; past it the memory is cleared
-/// (the database still knows them all).
-const REMEMBERED_KEYS: usize = 4096;
 
 /// Most order requests committed in one transaction.
 pub(crate) const MAX_BATCH: usize = 512;
@@ -223,6 +222,8 @@ pub(crate) struct AccountArgs {
     pub writer: Option<crate::actors::writer::CommitWriter>,
     /// What the supplier can take: live orders beyond it are refused.
     pub admission: Option<Arc<Admission>>,
+    /// The account actors running, whose number sets the keys each keeps.
+    pub live: LiveAccounts,
 }
 
 /// The actor.
@@ -237,6 +238,8 @@ pub(crate) struct AccountState {
     pending: Vec<Pending>,
     /// A `Flush` is in the mailbox.
     flush_scheduled: bool,
+    /// This actor, counted among the live accounts while its state lives.
+    _live: LiveAccount,
 }
 
 impl AccountState {
@@ -304,7 +307,7 @@ impl AccountState {
     }
 
     fn remember(&mut self, key: &str, binding: Binding) {
-        if self.keys.len() >= REMEMBERED_KEYS {
+        if self.keys.len() >= keys::keys_kept(self.args.live.count()) {
             self.keys.clear();
         }
         self.keys.insert(key.to_owned(), binding);
@@ -357,12 +360,14 @@ impl Actor for AccountActor {
         args: AccountArgs,
     ) -> Result<AccountState, ActorProcessingErr> {
         let (live, sandbox) = Box::pin(store::orders::balances(&args.db, &args.partner_id)).await?;
+        let counted = args.live.enter();
         Ok(AccountState {
             args,
             floats: Floats { live, sandbox },
             keys: HashMap::new(),
             pending: Vec::new(),
             flush_scheduled: false,
+            _live: counted,
         })
     }
 
@@ -528,6 +533,7 @@ mod tests {
             max_batch: MAX_BATCH,
             writer,
             admission: None,
+            live: LiveAccounts::default(),
         };
         Actor::spawn(None, AccountActor, args).await.unwrap().0
     }

@@ -91,6 +91,8 @@ struct Directory {
     batching: bool,
     writer: Option<super::writer::CommitWriter>,
     total_restarts: AtomicU32,
+    /// The account actors running (each keeps its share of remembered keys).
+    live: super::account::LiveAccounts,
 }
 
 /// A handle on the directory (cheap to clone).
@@ -142,6 +144,7 @@ impl Accounts {
             batching,
             writer,
             total_restarts: AtomicU32::new(0),
+            live: Default::default(),
         });
         let (supervisor, _) = Actor::spawn(None, AccountsSupervisor, directory.clone()).await?;
         *lock(&directory.supervisor) = Some(supervisor);
@@ -374,6 +377,7 @@ async fn spawn_account(
         },
         writer: directory.writer.clone(),
         admission: directory.admission.clone(),
+        live: directory.live.clone(),
     };
     let (actor, _) = Actor::spawn_linked(None, AccountActor, args, supervisor.get_cell()).await?;
     lock(&directory.owners).insert(actor.get_id(), partner_id.to_owned());
