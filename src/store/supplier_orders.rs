@@ -208,7 +208,7 @@ pub(crate) async fn failed_attempt(
         .col_expr(supplier_order::Column::LastError, Expr::value(Some(error)))
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
         .filter(supplier_order::Column::Id.eq(id));
-    update_returning(db, update, supplier_order::Column::Attempts).await
+    update_returning(db, None, update, supplier_order::Column::Attempts).await
 }
 
 /// Counts a placement call about to be sent (`by` = 1), or takes one back
@@ -227,35 +227,34 @@ pub(crate) async fn count_sent(
         )
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
         .filter(supplier_order::Column::Id.eq(id));
+    update_returning(db, inline, update, supplier_order::Column::CallsSent).await
+}
+
+/// Runs `update` of one supplier order and returns `column` as the update
+/// left it (0 when no row matched), read back by the statement itself
+/// (`RETURNING`, on PostgreSQL and SQLite alike): on a SQLite file inline
+/// as in [`update_one`], else (or if that failed, rolled back) alone through
+/// the pool, one statement and one connection taken where a read after the
+/// update took two of each.
+async fn update_returning(
+    db: &Db,
+    inline: Option<&InlineWriter>,
+    update: UpdateMany<supplier_order::Entity>,
+    column: supplier_order::Column,
+) -> Result<i32, DbErr> {
+    let mut query = update.into_query();
+    query.returning_col(column);
     if let Some(inline) = inline {
-        // Inline as in `update_one`, the count after read back in the same statement.
-        let mut counted = update.clone().into_query();
-        counted.returning_col(supplier_order::Column::CallsSent);
-        let counted = DbBackend::Sqlite.build(&counted);
+        let statement = DbBackend::Sqlite.build(&query);
         let done = inline
             .transaction(move |c| {
-                inline_write::query::<i32, Infallible>(c, &counted, |row| row.get(0))
+                inline_write::query::<i32, Infallible>(c, &statement, |row| row.get(0))
             })
             .await;
         if let Ok(after) = done {
             return Ok(after.first().copied().unwrap_or(0));
         }
     }
-    update_returning(db, update, supplier_order::Column::CallsSent).await
-}
-
-/// Runs `update` of one supplier order alone and returns `column` as the
-/// update left it (0 when no row matched), read back by the statement
-/// itself (`RETURNING`, on PostgreSQL and SQLite alike): one statement and
-/// one connection taken from the pool, where a read after the update took
-/// two of each.
-async fn update_returning(
-    db: &Db,
-    update: UpdateMany<supplier_order::Entity>,
-    column: supplier_order::Column,
-) -> Result<i32, DbErr> {
-    let mut query = update.into_query();
-    query.returning_col(column);
     let statement = db.get_database_backend().build(&query);
     match write_alone(db, db.query_one_raw(statement)).await? {
         Some(row) => row.try_get_by_index(0),
