@@ -24,6 +24,9 @@
 #   scripts/bench.sh statements PostgreSQL's own time per order, statement by
 #                               statement (pg_stat_statements, which the server at
 #                               PG_URL must preload), with 1 and 100 partners
+#   scripts/bench.sh messages   PostgreSQL's messages an accepted order, counted by
+#                               strace: all, sqlx's pings, BEGIN/COMMIT (1 and 100
+#                               partners)
 #   scripts/bench.sh settling   orders asked for faster than they settle, for long
 #                               (SETTLING_QUANTITY units an order, 5; SETTLING_DURATION
 #                               seconds, 30; SETTLING_PARTNERS, 1), per database:
@@ -557,12 +560,48 @@ print(json.dumps({"orders": len(rows), "refunded": sum(1 for code, _, _ in rows 
 PY
   fi
 }
+# The messages the server sends PostgreSQL an accepted order, counted by
+# strace (each `sendto` on a socket to PG_URL's port through a DURATION
+# drive, with 1 and 100 partners, PARTNER_COUNTS): all of them, sqlx's pings
+# among them (a lone `Sync`, five bytes) and the simple queries (`BEGIN`,
+# `COMMIT`, `ROLLBACK`). Under strace the server runs several times slower,
+# so its commits carry fewer orders than in `orders`: for comparing builds.
+messages() {
+  command -v strace >/dev/null || { echo "strace is not installed" >&2; return 1; }
+  local port="${PG_URL##*:}"
+  start_simulators
+  for partners in ${PARTNER_COUNTS:-1 100}; do
+    local tag="msgs-$partners-$RANDOM" keys before orders trace="$work/strace-$partners" tracer
+    create_db "$PG_URL/esim_bench_$tag"
+    start_default_server "$PG_URL/esim_bench_$tag"
+    keys=$(keys_file "$partners")
+    wait_settled >/dev/null
+    before=$(accepted_total)
+    strace -f -qq -yy -xx -s 5 -e trace=sendto -o "$trace" -p "$server" &
+    tracer=$!
+    sleep 1
+    KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 >/dev/null
+    wait_settled >/dev/null
+    kill -INT "$tracer"; wait "$tracer" 2>/dev/null || true
+    orders=$(( $(accepted_total) - before ))
+    stop_server
+    drop_db "$PG_URL/esim_bench_$tag"
+    grep -F ":$port]>" "$trace" | awk -v orders="$orders" -v partners="$partners" '
+      { all++ }
+      /"\\x53\\x00\\x00\\x00\\x04", 5,/ { pings++ }
+      /"\\x51/ { simple++ }
+      END { printf "{\"database\":\"postgres\",\"partners\":%d,\"orders\":%d,\"messages_per_order\":%.2f,\"pings_per_order\":%.2f,\"simple_queries_per_order\":%.2f}\n",
+              partners, orders, all / orders, pings / orders, simple / orders }'
+  done
+  stop_all
+}
 # The instructions a callgrind file counted.
 callgrind_total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
 if [ "${1:-all}" = orders ]; then orders_side_by_side; exit 0; fi
 if [ "${1:-all}" = instructions ]; then instructions; exit 0; fi
 if [ "${1:-all}" = profile ]; then profile_orders; exit 0; fi
 if [ "${1:-all}" = statements ]; then statements; exit 0; fi
+if [ "${1:-all}" = messages ]; then messages; exit 0; fi
 if [ "${1:-all}" = settling ]; then settling; exit 0; fi
 if [ "${1:-all}" = pace ]; then pace; exit 0; fi
 if [ "${1:-all}" = pace-minute ]; then pace_minute; exit 0; fi
