@@ -590,8 +590,9 @@ messages() {
       { all++ }
       /"\\x53\\x00\\x00\\x00\\x04", 5,/ { pings++ }
       /"\\x51/ { simple++ }
-      END { printf "{\"database\":\"postgres\",\"partners\":%d,\"orders\":%d,\"messages_per_order\":%.2f,\"pings_per_order\":%.2f,\"simple_queries_per_order\":%.2f}\n",
-              partners, orders, all / orders, pings / orders, simple / orders }'
+      END { per = (orders > 0 ? orders : 1)
+            printf "{\"database\":\"postgres\",\"partners\":%d,\"orders\":%d,\"messages_per_order\":%.2f,\"pings_per_order\":%.2f,\"simple_queries_per_order\":%.2f}\n",
+              partners, orders, all / per, pings / per, simple / per }'
   done
   stop_all
 }
