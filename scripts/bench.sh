@@ -566,6 +566,7 @@ PY
 # among them (a lone `Sync`, five bytes) and the simple queries (`BEGIN`,
 # `COMMIT`, `ROLLBACK`). Under strace the server runs several times slower,
 # so its commits carry fewer orders than in `orders`: for comparing builds.
+# Over TCP only: with PG_SOCKET set it would find no socket to that port.
 messages() {
   command -v strace >/dev/null || { echo "strace is not installed" >&2; return 1; }
   local port="${PG_URL##*:}"
