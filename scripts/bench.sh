@@ -572,21 +572,20 @@ messages() {
   local port="${PG_URL##*:}"
   start_simulators
   for partners in ${PARTNER_COUNTS:-1 100}; do
-    local tag="msgs-$partners-$RANDOM" keys before orders trace="$work/strace-$partners" tracer
-    create_db "$PG_URL/esim_bench_$tag"
-    start_default_server "$PG_URL/esim_bench_$tag"
+    local url="$PG_URL/esim_bench_msgs-$partners-$RANDOM" keys before orders trace="$work/strace-$partners" tracer
+    create_db "$url"
+    start_default_server "$url"
     keys=$(keys_file "$partners")
-    wait_settled >/dev/null
     before=$(accepted_total)
     strace -f -qq -yy -xx -s 5 -e trace=sendto -o "$trace" -p "$server" &
     tracer=$!
     sleep 1
-    KEYS_FILE="$keys" RUN="$tag" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 >/dev/null
+    KEYS_FILE="$keys" RUN="${url##*/}" wrk -t2 -c"$CONCURRENCY" -d"${DURATION}s" -s scripts/wrk/orders.lua http://127.0.0.1:18580 >/dev/null
     wait_settled >/dev/null
     kill -INT "$tracer"; wait "$tracer" 2>/dev/null || true
     orders=$(( $(accepted_total) - before ))
     stop_server
-    drop_db "$PG_URL/esim_bench_$tag"
+    drop_db "$url"
     grep -F ":$port]>" "$trace" | awk -v orders="$orders" -v partners="$partners" '
       { all++ }
       /"\\x53\\x00\\x00\\x00\\x04", 5,/ { pings++ }
