@@ -43,7 +43,7 @@ impl DeliveryWriter {
         tokio::spawn(async move {
             let writer = Writer {
                 inline: super::inline_writer(&db, "deliveries"),
-                db,
+                db: store::WriterDb::new(&db, 1),
             };
             // Waits for one group and takes every one queued behind it.
             while let Some(first) = incoming.recv().await {
@@ -87,8 +87,9 @@ impl DeliveryWriter {
 
 /// What the writer task writes through.
 struct Writer {
-    /// The database (the pool).
-    db: Db,
+    /// The database: on PostgreSQL a connection of the writer's own
+    /// ([`store::kept`]), else the pool.
+    db: store::WriterDb,
     /// On a SQLite file, the file's inline connection
     /// ([`store::inline_write`]).
     inline: Option<InlineWriter>,
@@ -150,7 +151,7 @@ async fn store_deliveries(
         Some(Ok(done)) => done,
         Some(Err(never)) => match never {},
         None => {
-            let txn = store::begin_write(&writer.db).await?;
+            let txn = writer.db.begin().await?;
             let done = store::orders::deliver_and_settle(&txn, deliveries, now).await?;
             txn.commit().await?;
             done

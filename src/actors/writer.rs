@@ -86,6 +86,7 @@ impl CommitWriter {
         tokio::spawn(async move {
             let committer = Committer {
                 inline: super::inline_writer(&db, "orders"),
+                kept: store::WriterDb::new(&db, 1),
                 db,
             };
             // Waits for one job and takes every one queued behind it.
@@ -173,6 +174,9 @@ async fn read_bindings(db: Db, mut questions: mpsc::Receiver<Lookup>) {
 struct Committer {
     /// The database (the pool).
     db: Db,
+    /// The shared commit's way to the database: on PostgreSQL a connection
+    /// of its own ([`store::kept`]), not one taken from the pool each time.
+    kept: store::WriterDb,
     /// On a SQLite file, the file's inline connection, which runs a shared
     /// commit on the thread of whichever writer holds the turn
     /// ([`store::inline_write`]).
@@ -243,7 +247,8 @@ impl Committer {
     /// One transaction for many partners' batches; rolled back on error. On a
     /// SQLite file it runs inline, and through the pool if the inline
     /// transaction fails for any reason but a fired guard (the pool's answer,
-    /// a lost race or the database's own error, is then the one given).
+    /// a lost race or the database's own error, is then the one given); on
+    /// PostgreSQL, on the writer's kept connection ([`store::kept`]).
     async fn commit_shared(
         &self,
         batches: &[Arc<PartnerBatch>],
@@ -252,7 +257,7 @@ impl Committer {
         let balances = match self.commit_inline(batches, now).await {
             Some(done) => done?,
             None => {
-                let txn = store::begin_write(&self.db).await?;
+                let txn = self.kept.begin().await?;
                 let borrowed: Vec<&PartnerBatch> = batches.iter().map(|b| &**b).collect();
                 let balances = store::orders::accept_batches(&txn, &borrowed, now).await?;
                 txn.commit().await?;

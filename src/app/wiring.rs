@@ -299,6 +299,8 @@ fn supplier_orders_args(
     let supplier = &settings.supplier;
     SupplierOrdersArgs {
         db: db.clone(),
+        // Two: the supplier orders' drivers write concurrently.
+        writes: crate::store::WriterDb::new(db, 2),
         inline: crate::actors::inline_writer(db, "supplier_orders").map(Arc::new),
         live: supply.suppliers.live.clone(),
         sandbox: supply.suppliers.sandbox.clone(),

@@ -1213,30 +1213,33 @@ mod tests {
             .await
             .unwrap();
         let inline = Some(&writer);
+        let pool = &crate::store::WriterDb::new(&db, 1);
 
         assert_eq!(
-            count_sent(&db, inline, "K1", 1, Utc::now()).await.unwrap(),
+            count_sent(pool, inline, "K1", 1, Utc::now()).await.unwrap(),
             1
         );
         assert_eq!(
-            count_sent(&db, inline, "K1", 1, Utc::now()).await.unwrap(),
+            count_sent(pool, inline, "K1", 1, Utc::now()).await.unwrap(),
             2
         );
         assert_eq!(
-            count_sent(&db, inline, "K1", -1, Utc::now()).await.unwrap(),
+            count_sent(pool, inline, "K1", -1, Utc::now())
+                .await
+                .unwrap(),
             1
         );
         assert_eq!(
-            count_sent(&db, inline, "none", 1, Utc::now())
+            count_sent(pool, inline, "none", 1, Utc::now())
                 .await
                 .unwrap(),
             0
         );
-        placed(&db, inline, "K1", "SO-1", Some(250), Utc::now())
+        placed(pool, inline, "K1", "SO-1", Some(250), Utc::now())
             .await
             .unwrap();
         let allocated = SupplierOrderStatus::Allocated;
-        finish(&db, inline, "K1", allocated, None, Utc::now())
+        finish(pool, inline, "K1", allocated, None, Utc::now())
             .await
             .unwrap();
 
@@ -1251,7 +1254,7 @@ mod tests {
             (1, Some("SO-1"), Some(250), allocated)
         );
         assert_eq!(
-            count_sent(&db, None, "K1", 1, Utc::now()).await.unwrap(),
+            count_sent(pool, None, "K1", 1, Utc::now()).await.unwrap(),
             2,
             "the pool counts on from what was written inline"
         );

@@ -30,7 +30,10 @@
 //! written down, deliveries) run their writes the same way, those queued
 //! together in one transaction with one commit ([`inline_write`]). Where
 //! there is no inline reader (PostgreSQL), the balance reads asked at the
-//! same moment are gathered into one query per round ([`gathered`]).
+//! same moment are gathered into one query per round ([`gathered`]), and
+//! the order path's writers keep connections of their own rather than take
+//! one from the pool (and its two pings) for every write ([`kept`],
+//! [`WriterDb`]).
 
 /// WAL pages between automatic checkpoints (about 40 MiB of 4 KiB pages).
 pub const SQLITE_CHECKPOINT_PAGES: u32 = 10_000;
@@ -47,6 +50,7 @@ pub(crate) mod fixtures;
 pub mod gathered;
 pub mod inline;
 pub mod inline_write;
+pub mod kept;
 pub(crate) mod keys;
 pub mod nodes;
 pub mod operators;
@@ -58,6 +62,7 @@ pub mod supply;
 pub mod trends;
 pub mod verify;
 mod wal_frames;
+mod writer_db;
 mod writes;
 
 use std::{
@@ -80,6 +85,7 @@ use sea_orm::{
 };
 
 use crate::config::DatabaseSettings;
+pub use writer_db::{WriterDb, WriterTxn};
 use writes::register_write_gate;
 pub(crate) use writes::write_alone;
 pub use writes::{GateUse, WriteTxn, begin_write, write_gate_use};

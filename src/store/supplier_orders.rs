@@ -13,7 +13,7 @@ use sea_orm::{
 };
 
 use super::{
-    Db, bulk,
+    WriterDb, bulk,
     inline_write::{self, InlineFailed, InlineWriter},
     orders, write_alone,
 };
@@ -150,7 +150,7 @@ pub(crate) async fn unit_ids_of<C: ConnectionTrait>(
 /// Records the supplier's order number (and its price per profile, when it
 /// said): the order is placed.
 pub(crate) async fn placed(
-    db: &Db,
+    db: &WriterDb,
     inline: Option<&InlineWriter>,
     id: &str,
     order_no: &str,
@@ -172,7 +172,7 @@ pub(crate) async fn placed(
 
 /// Moves a supplier order to a final status (`allocated` or `failed`).
 pub(crate) async fn finish(
-    db: &Db,
+    db: &WriterDb,
     inline: Option<&InlineWriter>,
     id: &str,
     status: SupplierOrderStatus,
@@ -194,7 +194,7 @@ pub(crate) async fn finish(
 
 /// Counts a placement call that settled nothing; returns the attempts so far.
 pub(crate) async fn failed_attempt(
-    db: &Db,
+    db: &WriterDb,
     id: &str,
     error: &str,
     now: DateTime<Utc>,
@@ -214,7 +214,7 @@ pub(crate) async fn failed_attempt(
 /// Counts a placement call about to be sent (`by` = 1), or takes one back
 /// (`by` = -1) when it certainly never left; returns the count after.
 pub(crate) async fn count_sent(
-    db: &Db,
+    db: &WriterDb,
     inline: Option<&InlineWriter>,
     id: &str,
     by: i32,
@@ -234,10 +234,10 @@ pub(crate) async fn count_sent(
 /// left it (0 when no row matched), read back by the statement itself
 /// (`RETURNING`, on PostgreSQL and SQLite alike): on a SQLite file inline
 /// as in [`update_one`], else (or if that failed, rolled back) alone through
-/// the pool, one statement and one connection taken where a read after the
-/// update took two of each.
+/// the pool (on PostgreSQL a kept connection), one statement where a read
+/// after the update made two.
 async fn update_returning(
-    db: &Db,
+    db: &WriterDb,
     inline: Option<&InlineWriter>,
     update: UpdateMany<supplier_order::Entity>,
     column: supplier_order::Column,
@@ -256,7 +256,7 @@ async fn update_returning(
         }
     }
     let statement = db.get_database_backend().build(&query);
-    match write_alone(db, db.query_one_raw(statement)).await? {
+    match write_alone(db.db(), db.query_one_raw(statement)).await? {
         Some(row) => row.try_get_by_index(0),
         None => Ok(0),
     }
@@ -265,9 +265,10 @@ async fn update_returning(
 /// Runs a bookkeeping update of one supplier order: on a SQLite file as a
 /// write of its inline connection, committed with the order path's other
 /// writes queued meanwhile (no commit and fsync of its own), else (or if
-/// that failed, rolled back) alone through the pool.
+/// that failed, rolled back) alone through the pool (on PostgreSQL a kept
+/// connection).
 async fn update_one(
-    db: &Db,
+    db: &WriterDb,
     inline: Option<&InlineWriter>,
     update: UpdateMany<supplier_order::Entity>,
 ) -> Result<(), DbErr> {
@@ -280,18 +281,18 @@ async fn update_one(
             return Ok(());
         }
     }
-    write_alone(db, update.exec(db)).await.map(|_| ())
+    write_alone(db.db(), update.exec(db)).await.map(|_| ())
 }
 
 /// The supplier's own lookup proved it has no order under this id: nothing
 /// sent so far was taken.
-pub(crate) async fn none_taken(db: &Db, id: &str, now: DateTime<Utc>) -> Result<(), DbErr> {
+pub(crate) async fn none_taken(db: &WriterDb, id: &str, now: DateTime<Utc>) -> Result<(), DbErr> {
     let update = supplier_order::Entity::update_many()
         .col_expr(supplier_order::Column::CallsSent, Expr::value(0))
         .col_expr(supplier_order::Column::UpdatedAt, Expr::value(now))
         .filter(supplier_order::Column::Id.eq(id))
         .filter(supplier_order::Column::Status.eq(Placing));
-    write_alone(db, update.exec(db)).await.map(|_| ())
+    write_alone(db.db(), update.exec(db)).await.map(|_| ())
 }
 
 /// Hands the units of a supplier order that will certainly not deliver to
@@ -362,17 +363,18 @@ mod tests {
     use sea_orm::{ActiveModelTrait, IntoActiveModel};
 
     use super::{count_sent, failed_attempt, get};
-    use crate::store::{Db, fixtures::supplier_row, tests};
+    use crate::store::{Db, WriterDb, fixtures::supplier_row, tests};
 
-    /// Through the pool (no inline writer), the call counts and attempts are
-    /// the values the update itself left, and 0 for a supplier order that
-    /// does not exist.
-    async fn assert_counts_read_back_by_the_update(db: &Db) {
+    /// Through the pool (no inline writer; on PostgreSQL the connections a
+    /// writer keeps), the call counts and attempts are the values the update
+    /// itself left, and 0 for a supplier order that does not exist.
+    async fn assert_counts_read_back_by_the_update(pool: &Db) {
         supplier_row("K1", 1)
             .into_active_model()
-            .insert(db)
+            .insert(pool)
             .await
             .unwrap();
+        let db = &WriterDb::new(pool, 2);
         let now = Utc::now();
         assert_eq!(count_sent(db, None, "K1", 1, now).await.unwrap(), 1);
         assert_eq!(count_sent(db, None, "K1", 1, now).await.unwrap(), 2);

@@ -42,7 +42,7 @@ pub(super) async fn drive(inner: &Inner, id: &str) -> Outcome {
     // A chain is at most as long as the route; the bound only guards
     // against a corrupted successor loop.
     for _ in 0..16 {
-        let row = match rows::get(&inner.args.db, &id).await {
+        let row = match rows::get(&inner.args.writes, &id).await {
             Ok(Some(row)) => row,
             Ok(None) => {
                 return Outcome::Failed {
@@ -173,7 +173,7 @@ async fn delivered(
     row: &supplier_order::Model,
     profiles: Vec<Profile>,
 ) -> Outcome {
-    match rows::unit_ids_of(&args.db, &row.id).await {
+    match rows::unit_ids_of(&args.writes, &row.id).await {
         Ok(carriers) => Outcome::Profiles(Arc::new(Delivered {
             supplier: row.supplier.clone(),
             profiles,
@@ -290,7 +290,7 @@ async fn attempt(
                 return Ok(placed);
             }
             None => {
-                rows::none_taken(&args.db, &row.id, time::now())
+                rows::none_taken(&args.writes, &row.id, time::now())
                     .await
                     .map_err(|e| SupplierError::Transient(e.to_string()))?;
                 *sent = 0;
@@ -302,9 +302,15 @@ async fn attempt(
         }
     }
     if live {
-        *sent = rows::count_sent(&args.db, args.inline.as_deref(), &row.id, 1, time::now())
-            .await
-            .map_err(|e| SupplierError::NotSent(format!("writing the call down: {e}")))?;
+        *sent = rows::count_sent(
+            &args.writes,
+            args.inline.as_deref(),
+            &row.id,
+            1,
+            time::now(),
+        )
+        .await
+        .map_err(|e| SupplierError::NotSent(format!("writing the call down: {e}")))?;
     }
     let count = u32::try_from(row.unit_count).unwrap_or(1);
     let result = supplier
@@ -314,7 +320,7 @@ async fn attempt(
         // A refusal under a transaction id the supplier treats as the same
         // order says that no call under it was ever taken.
         Err(SupplierError::Refused(_)) if live && supplier.idempotent_placement() => {
-            *sent = match rows::none_taken(&args.db, &row.id, time::now()).await {
+            *sent = match rows::none_taken(&args.writes, &row.id, time::now()).await {
                 Ok(()) => 0,
                 // Not written down: the count stays, and the next call is
                 // asked under the same transaction id all the same.
@@ -323,9 +329,15 @@ async fn attempt(
         }
         // Nothing left, or nothing was bought by this call: it is taken back.
         Err(e) if live && e.certainly_not_taken() => {
-            *sent = rows::count_sent(&args.db, args.inline.as_deref(), &row.id, -1, time::now())
-                .await
-                .unwrap_or(*sent);
+            *sent = rows::count_sent(
+                &args.writes,
+                args.inline.as_deref(),
+                &row.id,
+                -1,
+                time::now(),
+            )
+            .await
+            .unwrap_or(*sent);
         }
         _ => {}
     }
@@ -339,7 +351,7 @@ async fn record_placed(
     placed: Placed,
 ) -> Placement {
     if let Err(err) = rows::placed(
-        &args.db,
+        &args.writes,
         args.inline.as_deref(),
         &row.id,
         &placed.order_no,
@@ -362,7 +374,7 @@ async fn count_attempt(
     row: &supplier_order::Model,
     error: &SupplierError,
 ) -> Result<i32, Outcome> {
-    rows::failed_attempt(&args.db, &row.id, &error.to_string(), time::now())
+    rows::failed_attempt(&args.writes, &row.id, &error.to_string(), time::now())
         .await
         .map_err(|err| Outcome::Later(err.to_string()))
 }
@@ -514,7 +526,7 @@ async fn short_at_deadline(
         .await;
     }
     let _ = rows::finish(
-        &args.db,
+        &args.writes,
         args.inline.as_deref(),
         &row.id,
         SupplierOrderStatus::Allocated,
@@ -532,7 +544,7 @@ async fn allocated(
     profiles: Vec<Profile>,
 ) -> Outcome {
     let _ = rows::finish(
-        &args.db,
+        &args.writes,
         args.inline.as_deref(),
         &row.id,
         SupplierOrderStatus::Allocated,
@@ -551,7 +563,7 @@ fn sorted(mut profiles: Vec<Profile>) -> Vec<Profile> {
 
 async fn fail(args: &SupplierOrdersArgs, id: &str, reason: String) -> Outcome {
     if let Err(err) = rows::finish(
-        &args.db,
+        &args.writes,
         args.inline.as_deref(),
         id,
         SupplierOrderStatus::Failed,

@@ -59,6 +59,9 @@ use crate::{
 #[derive(Clone)]
 pub struct SupplierOrdersArgs {
     pub db: Db,
+    /// The supplier orders' bookkeeping writes: on PostgreSQL a few
+    /// connections of their own ([`crate::store::kept`]), else the pool.
+    pub writes: store::WriterDb,
     /// On a SQLite file, the connection that writes supplier orders down on
     /// the caller's thread ([`crate::store::inline_write`]).
     pub inline: Option<Arc<InlineWriter>>,
@@ -550,7 +553,7 @@ async fn open(
     let written = match inline {
         // Refused: a unit was taken already (rolled back).
         Some(done) => Ok(done.is_ok()),
-        None => open_through_pool(&args.db, row, unit_ids).await,
+        None => open_through_pool(&args.writes, row, unit_ids).await,
     };
     match written {
         Ok(true) => {
@@ -563,14 +566,15 @@ async fn open(
     }
 }
 
-/// Writes a supplier order down with its units through the pool; `false`
-/// (rolled back) when a unit was taken already.
+/// Writes a supplier order down with its units through the pool (on
+/// PostgreSQL a kept connection); `false` (rolled back) when a unit was
+/// taken already.
 async fn open_through_pool(
-    db: &Db,
+    db: &store::WriterDb,
     row: supplier_order::Model,
     unit_ids: &[String],
 ) -> Result<bool, sea_orm::DbErr> {
-    let txn = store::begin_write(db).await?;
+    let txn = db.begin().await?;
     let taken = rows::open(&txn, row, unit_ids).await?;
     txn.keep_if(taken).await
 }
