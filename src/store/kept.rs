@@ -19,9 +19,13 @@
 //! one from the pool; a `BEGIN` that fails that way is sent once more on a
 //! fresh one (nothing ran yet); and a transaction dropped without its
 //! `COMMIT` or `ROLLBACK` (a writer's `?` on an error) is rolled back before
-//! the connection serves anything else. On SQLite there is nothing to keep:
-//! its writers already run on connections of their own ([`super::inline_write`]),
-//! and a [`super::WriterDb`] there is the pool behind the write gate.
+//! the connection serves anything else. A kept connection's prepared
+//! statements are closed every [`REPLAN_EVERY`], so that their plans follow
+//! the tables as they grow rather than stay those of a node's first second.
+//!
+//! On SQLite there is nothing to keep: its writers already run on
+//! connections of their own ([`super::inline_write`]), and a
+//! [`super::WriterDb`] there is the pool behind the write gate.
 
 use std::{
     sync::{
@@ -145,9 +149,9 @@ impl Kept {
     }
 
     /// Makes the slot's connection ready: a dropped transaction rolled
-    /// back, pinged if idle too long, replaced from the pool if either
-    /// failed, if it is older than the pool lets its own live, or if there
-    /// is none.
+    /// back, pinged if idle too long, its prepared statements closed every
+    /// [`REPLAN_EVERY`], replaced from the pool if any of these failed, if
+    /// it is older than the pool lets its own live, or if there is none.
     async fn ready(&self, slot: &mut Slot) -> Result<(), DbErr> {
         let stale = slot.open || slot.used.elapsed() >= IDLE_BEFORE_PING;
         if let (true, Some(conn)) = (stale, slot.conn.as_mut()) {
