@@ -387,63 +387,50 @@ impl KeptTxn {
     }
 }
 
-#[async_trait::async_trait]
-impl ConnectionTrait for KeptTxn {
-    fn get_database_backend(&self) -> DbBackend {
-        DbBackend::Postgres
-    }
-
-    async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
-        self.run(Sql::Execute(&stmt)).await.map(done)
-    }
-
-    async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
-        self.execute_raw(Statement::from_string(DbBackend::Postgres, sql))
-            .await
-    }
-
-    async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
-        Ok(self.query_all_raw(stmt).await?.into_iter().next())
-    }
-
-    async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
-        self.run(Sql::Fetch(&stmt)).await.map(rows)
-    }
-
-    fn support_returning(&self) -> bool {
-        true
+impl Kept {
+    /// Runs one lone statement on a slot's connection.
+    async fn run(&self, sql: Sql<'_>) -> Result<Answer, DbErr> {
+        let mut slot = self.take().await?;
+        run(&mut slot, sql).await
     }
 }
 
-#[async_trait::async_trait]
-impl ConnectionTrait for Kept {
-    fn get_database_backend(&self) -> DbBackend {
-        DbBackend::Postgres
-    }
+/// sea-orm's way in to a type with an inherent `run` of [`Sql`]: a
+/// transaction runs on its slot, a lone statement on any free one.
+macro_rules! connection_through_run {
+    ($kind:ty) => {
+        #[async_trait::async_trait]
+        impl ConnectionTrait for $kind {
+            fn get_database_backend(&self) -> DbBackend {
+                DbBackend::Postgres
+            }
 
-    async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
-        let mut slot = self.take().await?;
-        run(&mut slot, Sql::Execute(&stmt)).await.map(done)
-    }
+            async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
+                self.run(Sql::Execute(&stmt)).await.map(done)
+            }
 
-    async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
-        self.execute_raw(Statement::from_string(DbBackend::Postgres, sql))
-            .await
-    }
+            async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
+                self.execute_raw(Statement::from_string(DbBackend::Postgres, sql))
+                    .await
+            }
 
-    async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
-        Ok(self.query_all_raw(stmt).await?.into_iter().next())
-    }
+            async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
+                Ok(self.query_all_raw(stmt).await?.into_iter().next())
+            }
 
-    async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
-        let mut slot = self.take().await?;
-        run(&mut slot, Sql::Fetch(&stmt)).await.map(rows)
-    }
+            async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
+                self.run(Sql::Fetch(&stmt)).await.map(rows)
+            }
 
-    fn support_returning(&self) -> bool {
-        true
-    }
+            fn support_returning(&self) -> bool {
+                true
+            }
+        }
+    };
 }
+
+connection_through_run!(KeptTxn);
+connection_through_run!(Kept);
 
 #[cfg(test)]
 mod tests {
