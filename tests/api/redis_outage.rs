@@ -5,7 +5,8 @@
 //! Redis is back.
 //!
 //! Gated on `TEST_REDIS_URL` like the other Redis tests, but runs its own
-//! `redis-server` on a free port, so that killing it disturbs no other test.
+//! `redis-server` on a free port below the ephemeral range, so that killing
+//! it disturbs no other test and nothing else takes its port meanwhile.
 
 use std::{
     net::TcpListener,
@@ -57,10 +58,7 @@ impl RedisServer {
 
     /// Starts one on a free port and waits until it answers.
     async fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port_below_the_ephemeral_range();
         let mut server = Self { port, child: None };
         server.restart().await;
         server
@@ -114,6 +112,24 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A free port on 127.0.0.1 that no outgoing connection is given as its
+/// own. While this test's Redis is down the nodes keep dialling its port,
+/// and a port of the ephemeral range can be handed to one of those dials
+/// (or any other of this process's) as its local port, which on loopback
+/// even connects to itself: the restarted Redis could then not bind its
+/// port. Below the range only a listener takes a port.
+fn free_port_below_the_ephemeral_range() -> u16 {
+    let lowest_ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let below = 10_000.min(lowest_ephemeral / 2)..lowest_ephemeral;
+    (0..1000)
+        .map(|_| rand::random_range(below.clone()))
+        .find(|&port| TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .expect("a free port below the ephemeral range")
 }
 
 /// Whether a Redis on `port` answers `PING`.
