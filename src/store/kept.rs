@@ -55,12 +55,13 @@ use super::Db;
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
 /// A kept connection's prepared statements are closed this often, and made
-/// again (their plans with them) at their next use. PostgreSQL settles on a
-/// prepared statement's generic plan after its fifth run, costed on the
-/// tables as they were then; a connection kept from a node's start runs its
-/// statements thousands of times in its first second, so without this its
-/// plans would be those of nearly empty tables for good. The pool's own
-/// connections share the work and come later to their sixth run.
+/// again (their plans with them) at their next use. From a prepared
+/// statement's sixth run PostgreSQL may keep to its generic plan, costed on
+/// the tables as they were then; a connection kept from a node's start runs
+/// its statements thousands of times in its first second, so without this
+/// its plans could be those of nearly empty tables until autovacuum next
+/// analyzes them. The pool's own connections share the work and come later
+/// to their sixth run.
 const REPLAN_EVERY: Duration = Duration::from_secs(1);
 
 /// The pool's size below which writers keep no connections: each kept one
