@@ -18,8 +18,10 @@
 //! error) gives the connection up, closed, and the next write takes a fresh
 //! one from the pool; a `BEGIN` that fails that way is sent once more on a
 //! fresh one (nothing ran yet); and a transaction dropped without its
-//! `COMMIT` or `ROLLBACK` (a writer's `?` on an error) is rolled back before
-//! the connection serves anything else. A kept connection's prepared
+//! `COMMIT` or `ROLLBACK` (a writer's `?` on an error) is rolled back at
+//! once, its connection serving nothing else until it is (its row locks
+//! must not outlast it: the writer may go on to the same rows through the
+//! pool). A kept connection's prepared
 //! statements are closed every [`REPLAN_EVERY`], so that their plans follow
 //! the tables as they grow rather than stay those of a node's first second.
 //!
@@ -94,7 +96,8 @@ struct Slot {
     /// is closed and replaced, as the pool recycles its own.
     since: Instant,
     /// A transaction was begun and neither committed nor rolled back: its
-    /// holder dropped it (rolled back before the next use).
+    /// holder dropped it outside a runtime (rolled back before the next
+    /// use; within one it is rolled back at once, [`KeptTxn`]).
     open: bool,
 }
 
@@ -201,9 +204,7 @@ impl Kept {
             run(&mut slot, Sql::Begin).await?;
         }
         slot.open = true;
-        Ok(KeptTxn {
-            slot: Mutex::new(slot),
-        })
+        Ok(KeptTxn::new(slot))
     }
 }
 
@@ -355,14 +356,23 @@ fn done(answer: Answer) -> ExecResult {
 }
 
 /// A transaction on a kept connection; dropped without [`KeptTxn::commit`]
-/// or [`KeptTxn::rollback`], it is rolled back before the connection's next
-/// use.
+/// or [`KeptTxn::rollback`] (a writer's `?` on an error), it is rolled back
+/// at once by a task that holds the slot until it is done: its row locks
+/// must not wait for the slot's next use, since the writer may go on to
+/// the same rows through the pool (the shared commit's fallback does).
 pub struct KeptTxn {
-    /// The slot, held for the whole transaction (statements take `&self`).
-    slot: Mutex<OwnedMutexGuard<Slot>>,
+    /// The slot, held for the whole transaction (statements take `&self`);
+    /// `None` once ended.
+    slot: Mutex<Option<OwnedMutexGuard<Slot>>>,
 }
 
 impl KeptTxn {
+    fn new(slot: OwnedMutexGuard<Slot>) -> Self {
+        KeptTxn {
+            slot: Mutex::new(Some(slot)),
+        }
+    }
+
     /// Commits.
     pub async fn commit(self) -> Result<(), DbErr> {
         self.end("COMMIT").await
@@ -373,19 +383,53 @@ impl KeptTxn {
         self.end("ROLLBACK").await
     }
 
-    async fn end(self, sql: &'static str) -> Result<(), DbErr> {
-        let mut slot = self.slot.into_inner();
-        let ended = run(&mut slot, Sql::End(sql)).await;
-        // Ended, or the connection is gone with it (the server ends a
-        // session's transaction when the session ends).
-        slot.open = false;
-        ended.map(|_| ())
+    async fn end(mut self, sql: &'static str) -> Result<(), DbErr> {
+        let Some(mut slot) = self.slot.get_mut().take() else {
+            return Err(ended());
+        };
+        end(&mut slot, sql).await
     }
 
     async fn run(&self, sql: Sql<'_>) -> Result<Answer, DbErr> {
         let mut slot = self.slot.lock().await;
-        run(&mut slot, sql).await
+        let Some(slot) = slot.as_mut() else {
+            return Err(ended());
+        };
+        run(slot, sql).await
     }
+}
+
+impl Drop for KeptTxn {
+    fn drop(&mut self) {
+        let Some(mut slot) = self.slot.get_mut().take() else {
+            return;
+        };
+        // Without a runtime the slot stays marked open, and its next use
+        // rolls it back first ([`Kept::ready`]).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = end(&mut slot, "ROLLBACK").await;
+            });
+        }
+    }
+}
+
+/// Ends the slot's transaction with `sql`; a `ROLLBACK` that fails gives
+/// the connection up (the server ends a session's transaction with it).
+async fn end(slot: &mut Slot, sql: &'static str) -> Result<(), DbErr> {
+    let ended = run(slot, Sql::End(sql)).await;
+    if ended.is_err() && sql == "ROLLBACK" {
+        give_up(slot);
+    }
+    // Ended, or the connection is gone with it.
+    slot.open = false;
+    ended.map(|_| ())
+}
+
+/// A transaction used after it ended: cannot happen through its own
+/// methods, which take it by value.
+fn ended() -> DbErr {
+    DbErr::Conn(RuntimeErr::Internal("the transaction has ended".into()))
 }
 
 impl Kept {
@@ -437,7 +481,7 @@ connection_through_run!(Kept);
 mod tests {
     use std::time::Duration;
 
-    use sea_orm::{ConnectionTrait, DbBackend, SqlErr, Statement};
+    use sea_orm::{ConnectionTrait, DbBackend, SqlErr, Statement, TransactionTrait};
 
     use crate::store::{Db, WriterDb, tests};
 
@@ -506,6 +550,40 @@ mod tests {
             txn.keep_if(false).await.unwrap();
             assert_eq!(rows(&pool).await, 1, "rolled back");
             assert_eq!(backend(&writer).await, first, "one connection all along");
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_dropped_kept_transaction_lets_go_of_its_rows_at_once() {
+        tests::on_own_postgres("esim_kept_dropped", |pool| async move {
+            pool.execute_unprepared("CREATE TABLE kept_probe (n integer PRIMARY KEY)")
+                .await
+                .unwrap();
+            pool.execute_unprepared("INSERT INTO kept_probe VALUES (1)")
+                .await
+                .unwrap();
+            let writer = WriterDb::new(&pool, 1);
+            let txn = writer.begin().await.unwrap();
+            txn.execute_raw(sql("UPDATE kept_probe SET n = 1 WHERE n = 1"))
+                .await
+                .unwrap();
+            // A writer's `?`; nothing uses the kept connection afterwards,
+            // and the writer goes on to the same row through the pool.
+            drop(txn);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let other = pool.begin().await.unwrap();
+                let locked = other
+                    .execute_unprepared("SELECT n FROM kept_probe WHERE n = 1 FOR UPDATE NOWAIT")
+                    .await;
+                other.rollback().await.unwrap();
+                if locked.is_ok() {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "the row let go");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         })
         .await;
     }
