@@ -483,32 +483,47 @@ fn debit_statement(backend: DbBackend, debits: &[Debit], now: DateTime<Utc>) -> 
         .iter()
         .map(|d| serde_json::json!({"p": d.partner_id, "m": d.mode.as_str(), "t": d.total, "n": d.count}))
         .collect();
-    let source = match backend {
+    let (source, same_float) = match backend {
         // With the rows' number bounded in the text: PostgreSQL guesses a
         // record set at 100 rows whatever it holds, and against 100 rows
         // reading every float into a hash looks cheaper than 100 key probes,
         // however many floats there are (with 10,000 partners each debit
         // read 20,000 rows). Told the batch's size (rounded up to a power of
         // two, so that a handful of texts covers every batch and each keeps
-        // its prepared plan), it probes by key when that is cheaper and
-        // reads the table when the table is small. The bound never cuts a
-        // row: it is at least their number.
-        sea_orm::DbBackend::Postgres => format!(
-            "(SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(p text, m text, t bigint, n bigint) \
-             LIMIT {}) AS d",
-            ordered.len().next_power_of_two()
+        // its prepared plan), it no longer reads 20,000.
+        //
+        // But by its costs a table of a few thousand floats is still cheaper
+        // to read into a hash than to probe some thirty times, and it is not:
+        // the read goes through every float and each version its debits left
+        // behind, three times the probes' time with 1,000 partners
+        // (benchmarks.md, sixty-fourth run). So a float is matched to its
+        // debit by its key bounded on both sides, which under the database's
+        // collation (deterministic, as a database's own always is) is its key
+        // equal, byte for byte. A bound is no equality to hash or merge on:
+        // the planner is left with nested loops, and probing the key's index
+        // is the cheapest of them once the floats are more than a page.
+        sea_orm::DbBackend::Postgres => (
+            format!(
+                "(SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(p text, m text, t bigint, n bigint) \
+                 LIMIT {}) AS d",
+                ordered.len().next_power_of_two()
+            ),
+            "\"floats\".\"partner_id\" >= d.p AND \"floats\".\"partner_id\" <= d.p \
+             AND \"floats\".\"mode\" >= d.m AND \"floats\".\"mode\" <= d.m",
         ),
-        _ => String::from(
-            "(SELECT value ->> 'p' AS p, value ->> 'm' AS m, value ->> 't' AS t, \
-             value ->> 'n' AS n FROM jsonb_each($2)) AS d",
+        _ => (
+            String::from(
+                "(SELECT value ->> 'p' AS p, value ->> 'm' AS m, value ->> 't' AS t, \
+                 value ->> 'n' AS n FROM jsonb_each($2)) AS d",
+            ),
+            "\"floats\".\"partner_id\" = d.p AND \"floats\".\"mode\" = d.m",
         ),
     };
     let sql = format!(
         "UPDATE \"floats\" SET \"balance_cents\" = \"floats\".\"balance_cents\" - d.t, \
          \"next_seq\" = \"floats\".\"next_seq\" + CASE WHEN \"floats\".\"mode\" = 'live' THEN d.n ELSE 0 END, \
          \"updated_at\" = $1 FROM {source} \
-         WHERE \"floats\".\"partner_id\" = d.p AND \"floats\".\"mode\" = d.m \
-         AND \"floats\".\"balance_cents\" >= d.t \
+         WHERE {same_float} AND \"floats\".\"balance_cents\" >= d.t \
          RETURNING \"floats\".\"partner_id\", \"floats\".\"mode\", \"floats\".\"balance_cents\", \"floats\".\"next_seq\""
     );
     let values = vec![now.into(), serde_json::Value::from(rows).to_string().into()];
@@ -671,7 +686,7 @@ mod tests {
     #[tokio::test]
     async fn the_debit_probes_each_float_by_key_on_postgres() {
         crate::store::tests::on_own_postgres("esim_debit", |db| async move {
-            partners_with_1000_cents(&db).await;
+            partners_with_1000_cents(&db, 10_000).await;
             let debits = [
                 debit(0, 7, Mode::Live, 400),
                 debit(0, 7, Mode::Sandbox, 100),
@@ -698,6 +713,35 @@ mod tests {
         .await;
     }
 
+    /// With 1,000 partners and the floats' statistics gathered, a debit of
+    /// thirty floats still finds each by its key: by its costs PostgreSQL
+    /// would read all 2,000 floats into a hash (and every version their
+    /// debits left) rather than probe thirty times, which took three times
+    /// as long.
+    #[tokio::test]
+    async fn a_debit_among_a_thousand_partners_probes_by_key_on_postgres() {
+        crate::store::tests::on_own_postgres("esim_debit_1000", |db| async move {
+            partners_with_1000_cents(&db, 1_000).await;
+            db.execute_unprepared("ANALYZE floats").await.unwrap();
+            let debits: Vec<Debit> = (0..30)
+                .map(|n| debit(n, 1 + n * 33, Mode::Live, 10))
+                .collect();
+            let statement = debit_statement(DbBackend::Postgres, &debits, Utc::now()).unwrap();
+
+            let plan = crate::store::tests::postgres_plan(&db, &statement).await;
+            assert!(plan.contains("floats_pkey"), "{plan}");
+            assert!(!plan.contains("Seq Scan on floats"), "{plan}");
+            let moved = moved_by(&db, statement).await;
+            assert_eq!(moved.len(), 30);
+            assert!(
+                moved
+                    .iter()
+                    .all(|(_, mode, balance, _)| mode == "live" && *balance == 990)
+            );
+        })
+        .await;
+    }
+
     /// A float another transaction debits while the debit waits for its row
     /// is debited as that transaction left it, the guard checked again on
     /// the new balance: neither debit is lost and the row is not skipped
@@ -707,7 +751,7 @@ mod tests {
         use sea_orm::TransactionTrait as _;
 
         crate::store::tests::on_own_postgres("esim_debit_wait", |db| async move {
-            partners_with_1000_cents(&db).await;
+            partners_with_1000_cents(&db, 10_000).await;
             let other = db.begin().await.unwrap();
             other
                 .execute_unprepared(
@@ -738,17 +782,16 @@ mod tests {
         .await;
     }
 
-    /// Partners `ptr_1` to `ptr_10000`, each float holding 1,000 cents; no
-    /// statistics gathered. (With 1,000 partners the planner still reads
-    /// the table for a debit of four floats: it is cheaper by its costs.)
-    async fn partners_with_1000_cents(db: &sea_orm::DatabaseConnection) {
-        db.execute_unprepared(
+    /// Partners `ptr_1` to `ptr_{count}`, each float holding 1,000 cents;
+    /// no statistics gathered.
+    async fn partners_with_1000_cents(db: &sea_orm::DatabaseConnection, count: usize) {
+        db.execute_unprepared(&format!(
             "INSERT INTO partners (id, name, slug, status, tier, created_at, updated_at) \
              SELECT 'ptr_' || i, 'P' || i, 'p' || i, 'live', 'gold', now(), now() \
-             FROM generate_series(1, 10000) AS i; \
+             FROM generate_series(1, {count}) AS i; \
              INSERT INTO floats (partner_id, mode, balance_cents, updated_at) \
-             SELECT id, m, 1000, now() FROM partners, (VALUES ('live'), ('sandbox')) AS v(m)",
-        )
+             SELECT id, m, 1000, now() FROM partners, (VALUES ('live'), ('sandbox')) AS v(m)"
+        ))
         .await
         .unwrap();
     }
