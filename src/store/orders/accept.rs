@@ -484,24 +484,17 @@ fn debit_statement(backend: DbBackend, debits: &[Debit], now: DateTime<Utc>) -> 
         .map(|d| serde_json::json!({"p": d.partner_id, "m": d.mode.as_str(), "t": d.total, "n": d.count}))
         .collect();
     let (source, same_float) = match backend {
-        // With the rows' number bounded in the text: PostgreSQL guesses a
-        // record set at 100 rows whatever it holds, and against 100 rows
-        // reading every float into a hash looks cheaper than 100 key probes,
-        // however many floats there are (with 10,000 partners each debit
-        // read 20,000 rows). Told the batch's size (rounded up to a power of
-        // two, so that a handful of texts covers every batch and each keeps
-        // its prepared plan), it no longer reads 20,000.
-        //
-        // But by its costs a table of a few thousand floats is still cheaper
-        // to read into a hash than to probe some thirty times, and it is not:
-        // the read goes through every float and each version its debits left
-        // behind, three times the probes' time with 1,000 partners
-        // (benchmarks.md, sixty-fourth run). So a float is matched to its
-        // debit by its key bounded on both sides, which under the database's
-        // collation (deterministic, as a database's own always is) is its key
-        // equal, byte for byte. A bound is no equality to hash or merge on:
-        // the planner is left with nested loops, and probing the key's index
-        // is the cheapest of them once the floats are more than a page.
+        // With the rows' number bounded in the text (rounded up to a power
+        // of two, so that a handful of texts covers every batch): PostgreSQL
+        // guesses a record set at 100 rows, against which reading every
+        // float into a hash looks cheaper than probing. Even told the size,
+        // by its costs a few thousand floats are cheaper to read than thirty
+        // probes, and they are not: three times the probes' time with 1,000
+        // partners (benchmarks.md, sixty-fourth run). So a float is matched
+        // by its key bounded on both sides, which under a database's
+        // collation (deterministic, as its own always is) is the key equal
+        // byte for byte, and a bound is no equality to hash or merge on: the
+        // planner is left with nested loops, of which probing is cheapest.
         sea_orm::DbBackend::Postgres => (
             format!(
                 "(SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(p text, m text, t bigint, n bigint) \
