@@ -494,7 +494,8 @@ fn debit_statement(backend: DbBackend, debits: &[Debit], now: DateTime<Utc>) -> 
         // by its key bounded on both sides, which under a database's
         // collation (deterministic, as its own always is) is the key equal
         // byte for byte, and a bound is no equality to hash or merge on: the
-        // planner is left with nested loops, of which probing is cheapest.
+        // planner is left with nested loops, of which probing is cheapest,
+        // in the floats' key order. The bound never cuts a row.
         sea_orm::DbBackend::Postgres => (
             format!(
                 "(SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(p text, m text, t bigint, n bigint) \
